@@ -1,0 +1,1 @@
+"""Tideline's operational side: settings, the local process stack and the `tide` CLI."""

@@ -1,0 +1,18 @@
+"""`tide`: the command line. Each area registers its own sub-app; this file only wires them."""
+
+from __future__ import annotations
+
+import typer
+
+from services.stack.cli import stack_app
+
+app = typer.Typer(
+    name="tide",
+    help="Tideline: keep Elasticsearch, Redis and Delta Lake in sync with PostgreSQL through its change log.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(stack_app, name="stack")
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,47 @@
+"""Shared terminal output and the one-line error convention for every `tide` command."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from services.settings import SettingsError, StackSettings
+from services.stack.service import StackError
+
+console = Console()
+errors = Console(stderr=True, soft_wrap=True)
+
+
+def _one_line(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"])
+    return f"invalid setting TIDE_{field.upper()}: {first['msg']}"
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn known failures into one red line and exit code 1 (no traceback for users)."""
+    try:
+        yield
+    except (StackError, SettingsError) as exc:
+        errors.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from exc
+    except ValidationError as exc:
+        errors.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False)
+        raise typer.Exit(1) from exc
+
+
+def load_settings() -> StackSettings:
+    with user_errors():
+        return StackSettings()
+
+
+def reporter() -> Callable[[str, str], None]:
+    def report(name: str, state: str) -> None:
+        console.print(f"  [bold]{name:<14}[/bold] {state}", highlight=False)
+
+    return report

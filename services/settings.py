@@ -1,0 +1,104 @@
+"""Typed settings for the local stack, read from the environment and `.env` at start-up.
+
+Every setting is `TIDE_<FIELD>` in the environment (e.g. `TIDE_POSTGRES_PORT`).
+Secrets are `SecretStr` so they never show up in reprs or logs; `.env` is
+git-ignored and `.env.example` lists every variable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.versions import PROJECT_ROOT
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+JvmSize = Annotated[str, Field(pattern=r"^\d+[mMgG]$")]
+
+
+class StackSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="TIDE_",
+        env_file=PROJECT_ROOT / ".env",
+        extra="ignore",
+        frozen=True,
+    )
+
+    state_dir: Path = PROJECT_ROOT / ".tideline"
+    # Services listen on loopback unless told otherwise (secure default).
+    host: str = "127.0.0.1"
+
+    postgres_port: Port = 5432
+    postgres_db: str = "tideline"
+    postgres_user: str = "tideline"
+    postgres_password: SecretStr | None = None
+    # Least-privilege role Debezium logs in as (LOGIN REPLICATION, SELECT on captured tables).
+    cdc_user: str = "tideline_cdc"
+    cdc_password: SecretStr | None = None
+    # Caps the WAL a stalled replication slot may pin (invalidates the slot instead of filling the disk).
+    postgres_max_slot_wal_keep_size: str = "2GB"
+
+    redis_port: Port = 6379
+    kafka_port: Port = 9092
+    kafka_controller_port: Port = 9093
+    connect_port: Port = 8083
+    elasticsearch_port: Port = 9200
+    elasticsearch_transport_port: Port = 9300
+
+    # Heaps sized so everything fits a 2-core, 24 GiB machine together with Spark.
+    kafka_heap: JvmSize = "512m"
+    connect_heap: JvmSize = "768m"
+    elasticsearch_heap: JvmSize = "512m"
+
+    startup_timeout_s: float = Field(default=240.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ports_are_distinct(self) -> StackSettings:
+        ports = self.ports()
+        seen: dict[int, str] = {}
+        for name, port in ports.items():
+            if port in seen:
+                raise ValueError(f"{name} and {seen[port]} are both set to port {port}; give each its own port")
+            seen[port] = name
+        return self
+
+    def ports(self) -> dict[str, int]:
+        """Every port field by name (used for the distinctness check and the port-in-use check)."""
+        return {name: value for name, value in self.model_dump().items() if name.endswith("_port")}
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.state_dir / "run"
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.state_dir / "lib"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"{self.host}:{self.kafka_port}"
+
+    def require_postgres_password(self) -> str:
+        return _require_secret("postgres_password", self.postgres_password)
+
+    def require_cdc_password(self) -> str:
+        return _require_secret("cdc_password", self.cdc_password)
+
+
+def _require_secret(field: str, value: SecretStr | None) -> str:
+    if value is None:
+        raise SettingsError(
+            f"TIDE_{field.upper()} is not set: run `make env` (creates .env from .env.example) or export it"
+        )
+    return value.get_secret_value()
+
+
+class SettingsError(Exception):
+    """A setting is missing or unusable; the message names the fix."""

@@ -1,0 +1,8 @@
+"""The table of services the local stack runs, in start order."""
+
+from __future__ import annotations
+
+from services.stack import postgres, redis
+from services.stack.service import Service
+
+CATALOGUE: dict[str, Service] = {service.name: service for service in (postgres.SERVICE, redis.SERVICE)}

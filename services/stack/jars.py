@@ -1,0 +1,101 @@
+"""Resolve the JVM jars each component needs with Maven, once, into the state folder.
+
+Each bundle is a small pom in the repo; versions come from the pin file and are
+passed as -D properties, so the poms never disagree with pyproject.toml.
+Maven's own cache (~/.m2) makes a second resolution offline and fast; a marker
+file per bundle makes `tide stack up` skip Maven entirely when nothing changed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.settings import StackSettings
+from services.stack.service import StackError
+from services.versions import PROJECT_ROOT, Versions, pinned
+
+
+@dataclass(frozen=True)
+class JarBundle:
+    name: str
+    pom: Path
+    # Where the jars land, relative to the state folder's lib/ directory.
+    target: str
+    # Maven goals; a bundle with Java sources of its own is packaged first.
+    goals: tuple[str, ...] = ("dependency:copy-dependencies",)
+
+    def properties(self, versions: Versions) -> dict[str, str]:
+        return {
+            "kafka.version": versions.kafka,
+            "debezium.version": versions.debezium,
+            "es.version": versions.elasticsearch,
+            "spark.version": versions.spark,
+            "scala.binary.version": versions.scala_binary,
+            "delta.version": versions.delta,
+        }
+
+
+BUNDLES: dict[str, JarBundle] = {
+    bundle.name: bundle
+    for bundle in (
+        JarBundle("kafka", PROJECT_ROOT / "services/kafka/pom.xml", "kafka"),
+        JarBundle(
+            "debezium",
+            PROJECT_ROOT / "services/connect/pom.xml",
+            "connect-plugins/debezium-connector-postgres",
+        ),
+        JarBundle(
+            "elasticsearch",
+            PROJECT_ROOT / "services/elasticsearch/pom.xml",
+            "elasticsearch",
+            goals=("package", "dependency:copy-dependencies"),
+        ),
+        JarBundle("spark", PROJECT_ROOT / "spark_jobs/jars/pom.xml", "spark"),
+    )
+}
+
+
+def bundle_dir(settings: StackSettings, name: str) -> Path:
+    return settings.lib_dir / BUNDLES[name].target
+
+
+def classpath(settings: StackSettings, name: str) -> str:
+    return str(bundle_dir(settings, name) / "*")
+
+
+def ensure(settings: StackSettings, name: str) -> Path:
+    """Resolve one bundle unless the same versions were resolved before. Returns its folder."""
+    bundle = BUNDLES[name]
+    target = bundle_dir(settings, name)
+    props = bundle.properties(pinned())
+    stamp = " ".join(f"{k}={v}" for k, v in sorted(props.items())) + f" pom={bundle.pom.stat().st_mtime_ns}"
+    marker = target / ".resolved"
+    if marker.is_file() and marker.read_text() == stamp:
+        return target
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise StackError("Maven (mvn) not found: install it with `apt-get install maven` (or run `make setup`)")
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    log = settings.logs_dir / f"maven-{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    argv = [mvn, "-B", "-q", "-f", str(bundle.pom), *bundle.goals, f"-DoutputDirectory={target}"]
+    argv += [f"-D{key}={value}" for key, value in props.items()]
+    with open(log, "wb") as out:
+        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=bundle.pom.parent)
+    if result.returncode != 0:
+        raise StackError(
+            f"Maven could not resolve the {name} jars (exit {result.returncode}); see {log} "
+            "- check that the Maven repository is reachable, then run `tide stack fetch` again"
+        )
+    marker.write_text(stamp)
+    return target
+
+
+def ensure_all(settings: StackSettings) -> None:
+    for name in BUNDLES:
+        ensure(settings, name)

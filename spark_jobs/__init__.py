@@ -1,0 +1,1 @@
+"""Tideline's apply side: PySpark Structured Streaming jobs that read the changelog from Kafka."""

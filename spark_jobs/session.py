@@ -1,0 +1,47 @@
+"""Build the SparkSession every Tideline job uses: Kafka source and Delta Lake, offline.
+
+The Kafka source and Delta jars are resolved ahead of time by Maven
+(spark_jobs/jars/pom.xml, `tide stack fetch`), so a session never downloads
+anything at start. Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+
+def jar_files(jar_dir: Path) -> list[str]:
+    jars = sorted(str(path) for path in jar_dir.glob("*.jar"))
+    if not jars:
+        raise FileNotFoundError(f"no jars in {jar_dir}: run `tide stack fetch` to resolve the Spark jars")
+    return jars
+
+
+def build_session(
+    app_name: str,
+    jar_dir: Path,
+    *,
+    master: str | None = "local[2]",
+    driver_memory: str = "1g",
+    shuffle_partitions: int = 4,
+) -> SparkSession:
+    """A session with the Kafka source and Delta Lake on the classpath.
+
+    master=None leaves the master to spark-submit (`--master spark://...`), so the
+    same job runs unchanged on a cluster.
+    """
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.jars", ",".join(jar_files(jar_dir)))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if master:
+        builder = builder.master(master)
+    return builder.getOrCreate()

@@ -1,0 +1,31 @@
+import pytest
+from pydantic import ValidationError
+
+from services.settings import SettingsError, StackSettings
+
+
+def test_two_services_on_one_port_is_rejected_naming_both():
+    with pytest.raises(ValidationError, match="redis_port and postgres_port are both set to port 5432"):
+        StackSettings(postgres_port=5432, redis_port=5432)
+
+
+def test_port_out_of_range_is_rejected():
+    with pytest.raises(ValidationError):
+        StackSettings(kafka_port=70000)
+
+
+def test_heap_size_must_be_a_jvm_size():
+    with pytest.raises(ValidationError):
+        StackSettings(kafka_heap="lots")
+
+
+def test_missing_password_names_the_fix():
+    settings = StackSettings(postgres_password=None)
+    with pytest.raises(SettingsError, match="TIDE_POSTGRES_PASSWORD is not set: run `make env`"):
+        settings.require_postgres_password()
+
+
+def test_password_is_masked_in_repr():
+    settings = StackSettings(postgres_password="s3cret-value")
+    assert "s3cret-value" not in repr(settings)
+    assert settings.require_postgres_password() == "s3cret-value"
