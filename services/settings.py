@@ -28,6 +28,8 @@ class StackSettings(BaseSettings):
     )
 
     state_dir: Path = PROJECT_ROOT / ".tideline"
+    # Resolved jars are derived from the pin file alone, so every stack (yours, the tests') shares them.
+    lib_dir: Path = PROJECT_ROOT / ".tideline" / "lib"
     # Services listen on loopback unless told otherwise (secure default).
     host: str = "127.0.0.1"
 
@@ -76,10 +78,6 @@ class StackSettings(BaseSettings):
     @property
     def run_dir(self) -> Path:
         return self.state_dir / "run"
-
-    @property
-    def lib_dir(self) -> Path:
-        return self.state_dir / "lib"
 
     @property
     def kafka_bootstrap(self) -> str:

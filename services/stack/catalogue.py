@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from services.stack import postgres, redis
+from services.stack import elasticsearch, kafka, postgres, redis
 from services.stack.service import Service
 
-CATALOGUE: dict[str, Service] = {service.name: service for service in (postgres.SERVICE, redis.SERVICE)}
+CATALOGUE: dict[str, Service] = {
+    service.name: service
+    for service in (postgres.SERVICE, redis.SERVICE, kafka.BROKER, kafka.CONNECT, elasticsearch.SERVICE)
+}

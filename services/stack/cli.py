@@ -88,7 +88,8 @@ def _print_status(settings) -> bool:
     table = Table("service", "pid", "port", "health", "log")
     rows = runner.status(settings)
     for row in rows:
-        health = f"[green]healthy[/green] {row.detail}" if row.healthy else f"[red]down[/red] {row.detail}"
+        detail = row.detail if len(row.detail) <= 60 else row.detail[:57] + "..."
+        health = f"[green]healthy[/green] {detail}" if row.healthy else f"[red]down[/red] {detail}"
         table.add_row(row.name, str(row.pid or "-"), str(row.port), health, str(row.log))
     console.print(table)
     return all(row.healthy for row in rows)

@@ -62,6 +62,11 @@ def bundle_dir(settings: StackSettings, name: str) -> Path:
     return settings.lib_dir / BUNDLES[name].target
 
 
+def build_dir(settings: StackSettings, name: str) -> Path:
+    """Where a bundle with code of its own (the Elasticsearch launcher) is built."""
+    return bundle_dir(settings, name) / "build"
+
+
 def classpath(settings: StackSettings, name: str) -> str:
     return str(bundle_dir(settings, name) / "*")
 
@@ -85,6 +90,7 @@ def ensure(settings: StackSettings, name: str) -> Path:
     log.parent.mkdir(parents=True, exist_ok=True)
     argv = [mvn, "-B", "-q", "-f", str(bundle.pom), *bundle.goals, f"-DoutputDirectory={target}"]
     argv += [f"-D{key}={value}" for key, value in props.items()]
+    argv.append(f"-Dtideline.build.dir={build_dir(settings, name)}")
     with open(log, "wb") as out:
         result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=bundle.pom.parent)
     if result.returncode != 0:

@@ -102,7 +102,14 @@ def probe(settings: StackSettings) -> str:
         with psycopg.connect(conninfo(settings, "postgres")) as conn:
             wal_level = conn.execute("SHOW wal_level").fetchone()[0]
     except psycopg.OperationalError as exc:
-        raise Unhealthy(str(exc).strip().splitlines()[0]) from exc
+        message = str(exc).strip().splitlines()[0]
+        if "password authentication failed" in message:
+            # Permanent, not a start-up delay: the cluster was initialised with another password.
+            raise StackError(
+                f"PostgreSQL rejected TIDE_POSTGRES_USER/TIDE_POSTGRES_PASSWORD: the cluster in {data_dir(settings)} "
+                "was created with other credentials; restore them in .env or wipe it with `tide stack down --purge`"
+            ) from exc
+        raise Unhealthy(message) from exc
     return f"wal_level={wal_level}"
 
 

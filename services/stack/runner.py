@@ -50,6 +50,7 @@ def select(names: Iterable[str] | None = None) -> list[Service]:
 
 
 def _probe(settings: StackSettings, service: Service) -> tuple[bool, str]:
+    """(healthy, detail). A StackError from a probe is permanent and propagates: no point waiting."""
     try:
         return True, service.probe(settings)
     except Unhealthy as exc:
