@@ -48,7 +48,17 @@ public final class TidelineElasticsearch {
 
     private TidelineElasticsearch() {}
 
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
+        try {
+            run(args);
+        } catch (Throwable t) {
+            // Node threads are non-daemon: without an explicit exit a failed start would hang.
+            t.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    private static void run(String[] args) throws Exception {
         Settings overrides = parseArgs(args);
         Path home = Path.of(overrides.get("path.home", "es-home")).toAbsolutePath();
 
@@ -63,7 +73,8 @@ public final class TidelineElasticsearch {
             .put("discovery.type", "single-node")
             // Never flip indices to read-only because the shared disk is nearly full.
             .put("cluster.routing.allocation.disk.threshold_enabled", false)
-            // No x-pack module on the classpath => security, ML, etc. are simply absent.
+            // Security needs no setting: there is no x-pack on the classpath, so no security,
+            // ML, ILM... (and xpack.* settings are rejected as unknown).
             .put("path.data", home.resolve("data").toString())
             .put("path.logs", home.resolve("logs").toString())
             .put(overrides)
@@ -86,9 +97,7 @@ public final class TidelineElasticsearch {
         LogConfigurator.setClusterName(env.settings().get("cluster.name"));
         LogConfigurator.configure(env, true);
 
-        // Modules are found as bundles under HOME/modules. Their classes already sit on our
-        // classpath, so each bundle directory holds only a descriptor (no jars): the plugin class
-        // loader delegates to the application class loader and no "jar hell" duplicate occurs.
+        // Modules are found as bundles under HOME/modules (see installModules).
         // withServerExports=false: the server is in the unnamed module here, so there are no
         // JPMS qualified exports to wire up (the distribution's module-path setup needs them).
         PluginsLoader plugins = PluginsLoader.createPluginsLoader(
@@ -202,6 +211,12 @@ public final class TidelineElasticsearch {
         for (Map.Entry<Path, String[]> module : moduleJars.entrySet()) {
             Path target = modulesDir.resolve(module.getValue()[0]);
             Files.createDirectories(target);
+            // Drop jars left by an earlier run (e.g. another es.version): duplicates = jar hell.
+            try (var old = Files.list(target)) {
+                for (Path f : old.filter(f -> f.toString().endsWith(".jar")).toList()) {
+                    Files.delete(f);
+                }
+            }
             Files.writeString(target.resolve("plugin-descriptor.properties"), module.getValue()[1]);
             List<Path> jars = new ArrayList<>(libJars);
             jars.add(module.getKey());
