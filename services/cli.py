@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from services.db.cli import db_app
 from services.stack.cli import stack_app
 
 app = typer.Typer(
@@ -13,6 +14,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(stack_app, name="stack")
+app.add_typer(db_app, name="db")
 
 if __name__ == "__main__":
     app()

@@ -1,0 +1,1 @@
+"""`tide db`: the application database's migrations (the code lives in the top-level `migrations` package)."""

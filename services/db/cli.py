@@ -1,0 +1,91 @@
+"""`tide db ...`: apply, undo and inspect the database migrations (demo schema and CDC prerequisites)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import psycopg
+import typer
+
+from services.console import console, load_settings, user_errors
+from services.settings import StackSettings
+from services.stack import process
+from services.stack.service import StackError
+
+db_app = typer.Typer(help="Migrate the PostgreSQL database: demo tables, CDC role, publication.")
+
+
+@db_app.command()
+def migrate(
+    revision: Annotated[str, typer.Option(help="Revision to upgrade to.")] = "head",
+) -> None:
+    """Apply migrations (idempotent); also re-applies the CDC role password and publication table list."""
+    settings = load_settings()
+    with user_errors(), _database_errors(settings):
+        import migrations  # here, not at import time: `tide stack ...` need not load SQLAlchemy and Alembic
+
+        migrations.upgrade(settings, revision)
+        _print_current(settings)
+
+
+@db_app.command()
+def downgrade(
+    revision: Annotated[str, typer.Argument(help='Revision to go down to ("base" removes every Tideline object).')],
+) -> None:
+    """Undo migrations down to REVISION."""
+    settings = load_settings()
+    with user_errors(), _database_errors(settings):
+        import migrations
+
+        migrations.downgrade(settings, revision)
+        _print_current(settings)
+
+
+@db_app.command()
+def current() -> None:
+    """Show the revision the database is at."""
+    settings = load_settings()
+    with user_errors(), _database_errors(settings):
+        _print_current(settings)
+
+
+def _print_current(settings: StackSettings) -> None:
+    import migrations
+
+    at, head = migrations.current(settings), migrations.head()
+    suffix = " (head)" if at == head else f" (head is {head})"
+    console.print(f"database {settings.postgres_db} at revision {at}{suffix}", highlight=False)
+
+
+@contextmanager
+def _database_errors(settings: StackSettings) -> Iterator[None]:
+    """Database and Alembic failures as one-line StackErrors, for user_errors to print."""
+    from alembic.util import CommandError
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    try:
+        yield
+    except OperationalError as exc:  # could not connect (or lost the connection)
+        where = f"{settings.host}:{settings.postgres_port}"
+        if not process.port_in_use(settings.host, settings.postgres_port):
+            raise StackError(
+                f"cannot reach PostgreSQL at {where}: {_first_line(exc.orig)} "
+                "— is the stack up? (`tide stack up postgres`)"
+            ) from exc
+        # Something listens there but said no: wrong credentials, or not our server.
+        raise StackError(
+            f"PostgreSQL at {where} refused the connection: {_first_line(exc.orig)} "
+            "— check TIDE_POSTGRES_USER and TIDE_POSTGRES_PASSWORD in .env (or TIDE_POSTGRES_PORT)"
+        ) from exc
+    except DBAPIError as exc:
+        raise StackError(f"migration failed: {_first_line(exc.orig)}") from exc
+    except psycopg.Error as exc:  # from migrations.capture, which talks to psycopg directly
+        raise StackError(f"migration failed: {_first_line(exc)}") from exc
+    except CommandError as exc:  # e.g. an unknown revision
+        raise StackError(f"alembic: {exc}") from exc
+
+
+def _first_line(exc: BaseException | None) -> str:
+    return (str(exc).strip().splitlines() or ["(no message)"])[0]
