@@ -32,10 +32,10 @@ class CaptureError(StackError):
     """A capture prerequisite cannot be set up as configured; the message names the fix."""
 
 
-def load_pipeline() -> PipelineConfig:
-    """pipeline.yaml, with its error turned into a one-line user error."""
+def load_pipeline(settings: StackSettings) -> PipelineConfig:
+    """The pipeline file (TIDE_PIPELINE_FILE), with its error turned into a one-line user error."""
     try:
-        return load()
+        return load(settings.pipeline_file)
     except PipelineConfigError as exc:  # already one line naming the file and the field
         raise CaptureError(str(exc)) from exc
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from services.connector.cli import connector_app
 from services.db.cli import db_app
 from services.stack.cli import stack_app
 
@@ -15,6 +16,7 @@ app = typer.Typer(
 )
 app.add_typer(stack_app, name="stack")
 app.add_typer(db_app, name="db")
+app.add_typer(connector_app, name="connector")
 
 if __name__ == "__main__":
     app()

@@ -30,6 +30,8 @@ class StackSettings(BaseSettings):
     state_dir: Path = PROJECT_ROOT / ".tideline"
     # Resolved jars are derived from the pin file alone, so every stack (yours, the tests') shares them.
     lib_dir: Path = PROJECT_ROOT / ".tideline" / "lib"
+    # The declarative pipeline file (captured tables and views).
+    pipeline_file: Path = PROJECT_ROOT / "pipeline.yaml"
     # Services listen on loopback unless told otherwise (secure default).
     host: str = "127.0.0.1"
 

@@ -20,13 +20,15 @@ Identifier = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class SourceConfig(_Strict):
     """Where changes come from and how Debezium names what it creates."""
 
     schema_name: Identifier = Field(default="public", alias="schema")
+    # Kafka Connect connector name.
+    connector: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")] = "tideline-postgres"
     slot: Identifier = "tideline"
     publication: Identifier = "tideline"
     # Topic names are <topic_prefix>.<schema>.<table>.

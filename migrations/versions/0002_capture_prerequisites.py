@@ -30,8 +30,9 @@ depends_on: str | Sequence[str] | None = None
 
 def _inputs() -> tuple[psycopg.Connection, StackSettings, PipelineConfig]:
     attributes = context.config.attributes
-    pipeline = attributes.get("pipeline") or capture.load_pipeline()
-    return op.get_bind().connection.driver_connection, attributes["settings"], pipeline
+    settings = attributes["settings"]
+    pipeline = attributes.get("pipeline") or capture.load_pipeline(settings)
+    return op.get_bind().connection.driver_connection, settings, pipeline
 
 
 def upgrade() -> None:

@@ -113,6 +113,14 @@ def prepare_connect(settings: StackSettings) -> None:
     )
 
 
+def connect_env(settings: StackSettings) -> dict[str, str]:
+    """The CDC credentials, for the connector config's `${env:...}` references (never written to a file)."""
+    env = {"TIDE_CDC_USER": settings.cdc_user}
+    if settings.cdc_password is not None:
+        env["TIDE_CDC_PASSWORD"] = settings.cdc_password.get_secret_value()
+    return env
+
+
 def connect_command(settings: StackSettings) -> list[str]:
     return jvm.command(
         heap=settings.connect_heap,
@@ -158,4 +166,5 @@ CONNECT = Service(
     prepare=prepare_connect,
     after=("kafka",),
     jar_bundles=("kafka", "debezium"),
+    env=connect_env,
 )

@@ -1,4 +1,8 @@
-"""Render the config templates kept beside each service (`${NAME}` placeholders)."""
+"""Fill `${NAME}` placeholders in the config templates kept beside each service.
+
+Only upper-case names are placeholders; `${env:X}` and `${file:...}` are Kafka
+Connect config-provider references and pass through untouched.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,15 @@ from pathlib import Path
 _PLACEHOLDER = re.compile(r"\$\{([A-Z0-9_]+)\}")
 
 
-def render(template: Path, target: Path, values: dict[str, str]) -> Path:
-    """Write template with every `${NAME}` replaced; an unknown name is an error, not an empty string."""
-    text = template.read_text()
+def substitute(text: str, values: dict[str, str], source: str = "template") -> str:
+    """Replace every placeholder; an unknown name is an error, not an empty string."""
     missing = sorted({name for name in _PLACEHOLDER.findall(text) if name not in values})
     if missing:
-        raise KeyError(f"{template} uses placeholders with no value: {', '.join(missing)}")
+        raise KeyError(f"{source} uses placeholders with no value: {', '.join(missing)}")
+    return _PLACEHOLDER.sub(lambda match: values[match.group(1)], text)
+
+
+def render(template: Path, target: Path, values: dict[str, str]) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(_PLACEHOLDER.sub(lambda match: values[match.group(1)], text))
+    target.write_text(substitute(template.read_text(), values, str(template)))
     return target

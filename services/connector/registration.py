@@ -1,0 +1,152 @@
+"""Register the Debezium PostgreSQL connector from connectors/tideline-postgres.json and pipeline.yaml.
+
+`apply` checks everything it can *before* it touches anything (pipeline file,
+Connect reachable, every table exists and has a primary key, Connect's own
+config validation), then syncs the CDC role, grants and publication, then
+PUTs the config (create or update). A failed check registers nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from migrations import capture
+from services.connector.connect_api import ConnectApi, ConnectError
+from services.settings import StackSettings
+from services.stack import kafka, postgres
+from services.stack.service import StackError
+from services.stack.templates import substitute
+from services.versions import PROJECT_ROOT
+from spark_jobs.config import PipelineConfig
+
+TEMPLATE = PROJECT_ROOT / "connectors" / "tideline-postgres.json"
+
+
+def render_config(settings: StackSettings, pipeline: PipelineConfig) -> dict[str, str]:
+    """The connector config: the committed template with this stack's values; secrets stay `${env:...}`."""
+    source = pipeline.source
+    values = {
+        "DATABASE_HOST": settings.host,
+        "DATABASE_PORT": str(settings.postgres_port),
+        "DATABASE_NAME": settings.postgres_db,
+        "TOPIC_PREFIX": source.topic_prefix,
+        "SLOT_NAME": source.slot,
+        "PUBLICATION_NAME": source.publication,
+        "TABLE_INCLUDE_LIST": ",".join(rf"{source.schema_name}\.{table}" for table in pipeline.tables),
+        "SCHEMA": source.schema_name,
+        "HEARTBEAT_INTERVAL_MS": str(source.heartbeat_interval_ms),
+        "PARTITIONS": str(source.partitions),
+    }
+    template: dict[str, str] = json.loads(TEMPLATE.read_text())
+    config = {key: substitute(value, values, str(TEMPLATE)) for key, value in template.items()}
+    return {"name": source.connector, **config}
+
+
+def check_tables(conn: psycopg.Connection, pipeline: PipelineConfig) -> None:
+    """Every configured table exists and has a primary key (views are keyed by it)."""
+    schema = pipeline.source.schema_name
+    rows = conn.execute(
+        """
+        SELECT c.relname, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND c.relname = ANY(%s)
+        """,
+        (schema, list(pipeline.tables)),
+    ).fetchall()
+    found = dict(rows)
+    missing = [table for table in pipeline.tables if table not in found]
+    if missing:
+        raise StackError(
+            f"pipeline.yaml names {', '.join(f'{schema}.{t}' for t in missing)}, which does not exist: "
+            "run `tide db migrate` or fix pipeline.yaml"
+        )
+    keyless = [table for table, has_key in found.items() if not has_key]
+    if keyless:
+        raise StackError(
+            f"{', '.join(f'{schema}.{t}' for t in keyless)} has no primary key: every view is keyed by it; "
+            "add one or remove the table from pipeline.yaml"
+        )
+
+
+def apply(settings: StackSettings, pipeline: PipelineConfig, wait_s: float = 60.0) -> dict[str, Any]:
+    """Create or update the connector (idempotent) and wait until it and its task run."""
+    config = render_config(settings, pipeline)
+    with ConnectApi(kafka.connect_url(settings)) as api:
+        api.ping()
+        with psycopg.connect(postgres.conninfo(settings)) as conn:
+            check_tables(conn, pipeline)
+            problems = api.validate(config["connector.class"], config)
+            if problems:
+                raise ConnectError(f"Kafka Connect rejected the connector config: {' | '.join(problems)}")
+            capture.apply(conn, settings, pipeline)
+        api.put_config(pipeline.source.connector, config)
+        return wait_running(api, pipeline.source.connector, wait_s)
+
+
+def wait_running(api: ConnectApi, name: str, wait_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        state = api.status(name)
+        if state and state["connector"]["state"] == "RUNNING" and state["tasks"]:
+            failed = [task for task in state["tasks"] if task["state"] == "FAILED"]
+            if failed:
+                trace = failed[0].get("trace", "").strip().splitlines()
+                raise ConnectError(f"connector {name} task failed: {trace[0] if trace else 'no trace'}")
+            if all(task["state"] == "RUNNING" for task in state["tasks"]):
+                return state
+        if state and state["connector"]["state"] == "FAILED":
+            trace = state["connector"].get("trace", "").strip().splitlines()
+            raise ConnectError(f"connector {name} failed: {trace[0] if trace else 'no trace'}")
+        if time.monotonic() > deadline:
+            raise ConnectError(f"connector {name} not running after {wait_s:.0f}s: {state}")
+        time.sleep(0.5)  # poll interval for the connector state
+
+
+@dataclass(frozen=True)
+class SlotState:
+    name: str
+    active: bool
+    lag_bytes: int | None
+    wal_status: str | None
+
+
+def slot_state(settings: StackSettings, slot: str) -> SlotState | None:
+    """The replication slot as PostgreSQL sees it: lag = WAL the slot still pins."""
+    with psycopg.connect(postgres.conninfo(settings)) as conn:
+        row = conn.execute(
+            """
+            SELECT active, pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, wal_status
+            FROM pg_replication_slots WHERE slot_name = %s
+            """,
+            (slot,),
+        ).fetchone()
+    return SlotState(slot, row[0], row[1], row[2]) if row else None
+
+
+def delete(settings: StackSettings, pipeline: PipelineConfig, drop_slot: bool = False) -> bool:
+    """Remove the connector; with drop_slot also its replication slot (the next apply re-snapshots)."""
+    with ConnectApi(kafka.connect_url(settings)) as api:
+        existed = api.delete(pipeline.source.connector)
+    if drop_slot:
+        _drop_slot_when_released(settings, pipeline.source.slot)
+    return existed
+
+
+def _drop_slot_when_released(settings: StackSettings, slot: str, wait_s: float = 30.0) -> None:
+    deadline = time.monotonic() + wait_s
+    with psycopg.connect(postgres.conninfo(settings), autocommit=True) as conn:
+        while True:
+            row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+            if row is None:
+                return
+            if not row[0]:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                return
+            if time.monotonic() > deadline:
+                raise StackError(f"replication slot {slot} is still in use after the connector was deleted")
+            time.sleep(0.5)  # poll: the task releases the slot asynchronously
