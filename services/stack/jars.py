@@ -46,6 +46,7 @@ BUNDLES: dict[str, JarBundle] = {
             "debezium",
             PROJECT_ROOT / "services/connect/pom.xml",
             "connect-plugins/debezium-connector-postgres",
+            goals=("package", "dependency:copy-dependencies"),
         ),
         JarBundle(
             "elasticsearch",
@@ -64,7 +65,7 @@ def bundle_dir(settings: StackSettings, name: str) -> Path:
 
 def build_dir(settings: StackSettings, name: str) -> Path:
     """Where a bundle with code of its own (the Elasticsearch launcher) is built."""
-    return bundle_dir(settings, name) / "build"
+    return settings.lib_dir / "build" / name
 
 
 def classpath(settings: StackSettings, name: str) -> str:

@@ -140,9 +140,18 @@ def up(settings: StackSettings, names: Iterable[str] | None = None, report: Repo
             time.sleep(0.5)  # poll interval between health probes
 
 
+def with_dependants(names: Iterable[str]) -> list[Service]:
+    """The named services plus every service that starts after them (stopping Kafka stops Connect)."""
+    wanted = {service.name for service in select(names) if service.name in set(names)}
+    for service in CATALOGUE.values():  # catalogue order: dependencies come first
+        if wanted & set(service.after):
+            wanted.add(service.name)
+    return [service for name, service in CATALOGUE.items() if name in wanted]
+
+
 def down(settings: StackSettings, names: Iterable[str] | None = None, report: Report = lambda n, s: None) -> None:
     """Stop exactly the processes the stack started (by pid file), dependants first. Data stays."""
-    for service in reversed(select(names) if names else list(CATALOGUE.values())):
+    for service in reversed(with_dependants(names) if names else list(CATALOGUE.values())):
         if process.stop(pid_file(settings, service)):
             report(service.name, "stopped")
 

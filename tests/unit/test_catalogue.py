@@ -23,3 +23,8 @@ def test_every_port_field_names_a_setting():
     for service in CATALOGUE.values():
         for field in service.port_fields:
             assert isinstance(getattr(settings, field), int)
+
+
+def test_stopping_a_service_stops_what_depends_on_it_but_not_what_it_depends_on():
+    assert [s.name for s in runner.with_dependants(["connect"])] == ["connect"]
+    assert [s.name for s in runner.with_dependants(["kafka"])] == ["kafka", "connect"]

@@ -1,0 +1,194 @@
+"""The one place Debezium's envelope is decoded: raw Kafka key/value bytes → a typed `Change`.
+
+Nothing downstream reads raw Debezium JSON. Values are typed from the schema
+Debezium sends with every record (JSON converter with schemas, and
+`column.propagate.source.type` so each field names its PostgreSQL type):
+NUMERIC arrives as an exact Decimal (Debezium sends it as a string with
+`decimal.handling.mode=string`), timestamptz as an aware datetime, jsonb as
+parsed JSON, arrays as lists, enums as strings.
+
+Unchanged TOASTed columns arrive as Debezium's placeholder; they are removed
+from `after` and named in `unavailable`, so a sink merges them with what it
+holds and the placeholder never reaches a view.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any, Literal
+
+UNAVAILABLE = "__debezium_unavailable_value"
+Op = Literal["r", "c", "u", "d", "t"]
+OPS: frozenset[str] = frozenset({"r", "c", "u", "d", "t"})
+
+Row = dict[str, Any]
+
+
+class DecodeError(ValueError):
+    """A record is not a Debezium change event we can read; the message is the dead-letter reason."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to one row (or, for op 't', to a whole table), in commit order by `sequence`.
+
+    `sequence` is Debezium's source.sequence: (end LSN of the previous commit,
+    LSN of this change). The first element grows with commit order, so the pair
+    orders every change to a row even when its transaction began long before it
+    committed. Initial-snapshot records have no commit and get first element 0.
+    """
+
+    table: str
+    op: Op
+    key: Row
+    before: Row | None
+    after: Row | None
+    sequence: tuple[int, int]
+    lsn: int | None
+    tx_id: int | None
+    commit_ts_ms: int | None
+    snapshot: str | None
+    unavailable: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def is_delete(self) -> bool:
+        return self.op == "d"
+
+
+def _zoned_timestamp(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_DATE = date(1970, 1, 1)
+
+# Logical types Debezium names in the field schema.
+_BY_NAME: dict[str, Callable[[Any], Any]] = {
+    "io.debezium.time.ZonedTimestamp": _zoned_timestamp,
+    "io.debezium.time.Timestamp": lambda ms: (_EPOCH + timedelta(milliseconds=ms)).replace(tzinfo=None),
+    "io.debezium.time.MicroTimestamp": lambda us: (_EPOCH + timedelta(microseconds=us)).replace(tzinfo=None),
+    "io.debezium.time.NanoTimestamp": lambda ns: (_EPOCH + timedelta(microseconds=ns // 1000)).replace(tzinfo=None),
+    "io.debezium.time.Date": lambda days: _EPOCH_DATE + timedelta(days=days),
+    "io.debezium.data.Json": json.loads,
+}
+# PostgreSQL types (from column.propagate.source.type) whose Connect type is too coarse.
+_BY_SOURCE_TYPE: dict[str, Callable[[Any], Any]] = {
+    "NUMERIC": Decimal,
+    "DECIMAL": Decimal,
+    "MONEY": Decimal,
+}
+
+
+def _converter(schema: dict[str, Any]) -> Callable[[Any], Any]:
+    if schema.get("type") == "array":
+        element = _converter(schema.get("items", {}))
+        return lambda values: [None if v is None else element(v) for v in values]
+    if schema.get("type") == "bytes" and "name" not in schema:
+        return base64.b64decode
+    if (name := schema.get("name")) in _BY_NAME:
+        return _BY_NAME[name]
+    source_type = (schema.get("parameters") or {}).get("__debezium.source.column.type", "")
+    return _BY_SOURCE_TYPE.get(source_type.upper(), lambda value: value)
+
+
+def _is_placeholder(value: Any) -> bool:
+    # Text columns carry the placeholder itself; array columns a one-element list of it.
+    return value == UNAVAILABLE or (isinstance(value, list) and value == [UNAVAILABLE])
+
+
+def _row(payload: Row | None, schema: dict[str, Any] | None) -> tuple[Row | None, frozenset[str]]:
+    """Typed row and the names of columns that arrived as the unchanged-TOAST placeholder."""
+    if payload is None:
+        return None, frozenset()
+    fields = {f["field"]: f for f in (schema or {}).get("fields", [])}
+    row: Row = {}
+    unavailable = set()
+    for column, value in payload.items():
+        if _is_placeholder(value):
+            unavailable.add(column)
+        elif value is None:
+            row[column] = None
+        else:
+            try:
+                row[column] = _converter(fields.get(column, {}))(value)
+            except (ValueError, TypeError, InvalidOperation) as exc:
+                raise DecodeError(f"column {column}: cannot convert {str(value)[:80]!r}: {exc}") from exc
+    return row, frozenset(unavailable)
+
+
+def _field_schema(envelope_schema: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    for item in (envelope_schema or {}).get("fields", []):
+        if item.get("field") == name:
+            return item
+    return None
+
+
+def _sequence(source: Row) -> tuple[int, int]:
+    raw = source.get("sequence")
+    lsn = int(source.get("lsn") or 0)
+    if not raw:
+        return (0, lsn)
+    try:
+        first, second = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise DecodeError(f"source.sequence is not a two-element list: {raw!r}") from exc
+    return (int(first or 0), int(second or lsn))
+
+
+def _json(data: bytes, what: str) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DecodeError(f"{what} is not JSON: {exc}") from exc
+
+
+def decode_key(key: bytes | None) -> Row:
+    if key is None:
+        return {}
+    document = _json(key, "key")
+    payload = document.get("payload", document) if isinstance(document, dict) else None
+    if not isinstance(payload, dict):
+        raise DecodeError("key is not a JSON object")
+    return payload
+
+
+def decode(topic: str, key: bytes | None, value: bytes | None) -> Change | None:
+    """Decode one Kafka record of a change topic; None for a tombstone (the delete marker's companion).
+
+    Raises DecodeError (with the reason for the dead-letter record) for anything
+    that is not a readable Debezium change event.
+    """
+    if value is None:
+        return None
+    document = _json(value, "value")
+    if not isinstance(document, dict) or not isinstance(document.get("payload"), dict):
+        raise DecodeError("value has no Debezium payload object")
+    payload, schema = document["payload"], document.get("schema")
+    op = payload.get("op")
+    if op not in OPS:
+        raise DecodeError(f"unknown op {op!r}")
+    source = payload.get("source")
+    if not isinstance(source, dict) or not source.get("table"):
+        raise DecodeError("payload has no source.table")
+    before, _ = _row(payload.get("before"), _field_schema(schema, "before"))
+    after, unavailable = _row(payload.get("after"), _field_schema(schema, "after"))
+    if op in ("c", "u", "r") and after is None:
+        raise DecodeError(f"op {op} without an after image")
+    return Change(
+        table=source["table"],
+        op=op,
+        key=decode_key(key) if op != "t" else {},
+        before=before,
+        after=after,
+        sequence=_sequence(source),
+        lsn=source.get("lsn"),
+        tx_id=source.get("txId"),
+        commit_ts_ms=source.get("ts_ms"),
+        snapshot=source.get("snapshot"),
+        unavailable=unavailable,
+    )
