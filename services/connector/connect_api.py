@@ -70,6 +70,14 @@ class ConnectApi:
     def restart(self, name: str) -> None:
         self._json("POST", f"/connectors/{name}/restart", ok=(200, 202, 204), params={"includeTasks": "true"})
 
+    def stop(self, name: str) -> None:
+        """Stop the connector and its tasks but keep it registered (needed before resetting offsets)."""
+        self._json("PUT", f"/connectors/{name}/stop", ok=(200, 202, 204))
+
+    def reset_offsets(self, name: str) -> None:
+        """Forget the source offsets (the LSN the connector resumes from); the connector must be stopped."""
+        self._json("DELETE", f"/connectors/{name}/offsets", ok=(200, 202, 204))
+
     def delete(self, name: str) -> bool:
         response = self._request("DELETE", f"/connectors/{name}")
         if response.status_code == 404:

@@ -129,12 +129,26 @@ def slot_state(settings: StackSettings, slot: str) -> SlotState | None:
 
 
 def delete(settings: StackSettings, pipeline: PipelineConfig, drop_slot: bool = False) -> bool:
-    """Remove the connector; with drop_slot also its replication slot (the next apply re-snapshots)."""
+    """Remove the connector. With drop_slot also its stored offsets and replication slot, so the
+    next apply starts over with an initial snapshot instead of resuming from a position that is gone."""
+    name = pipeline.source.connector
     with ConnectApi(kafka.connect_url(settings)) as api:
-        existed = api.delete(pipeline.source.connector)
+        if drop_slot and api.status(name) is not None:
+            api.stop(name)
+            _wait_stopped(api, name)
+            api.reset_offsets(name)
+        existed = api.delete(name)
     if drop_slot:
         _drop_slot_when_released(settings, pipeline.source.slot)
     return existed
+
+
+def _wait_stopped(api: ConnectApi, name: str, wait_s: float = 30.0) -> None:
+    deadline = time.monotonic() + wait_s
+    while (state := api.status(name)) and state["connector"]["state"] != "STOPPED":
+        if time.monotonic() > deadline:
+            raise ConnectError(f"connector {name} did not stop within {wait_s:.0f}s")
+        time.sleep(0.5)  # poll: stopping is asynchronous
 
 
 def _drop_slot_when_released(settings: StackSettings, slot: str, wait_s: float = 30.0) -> None:

@@ -369,3 +369,20 @@ def test_unreachable_connect_is_a_clear_error(stack):
     unreachable = stack.model_copy(update={"connect_port": 1})
     with pytest.raises(ConnectError, match=r"cannot reach Kafka Connect at http://127\.0\.0\.1:1 .* is the stack up"):
         registration.apply(unreachable, unique_pipeline(load(stack.pipeline_file), "bad"))
+
+
+def test_delete_with_drop_slot_then_apply_starts_over_with_a_snapshot(capture):
+    """The documented recovery for an invalidated slot: no resume from a position that is gone."""
+    settings, pipeline = capture.settings, capture.pipeline
+
+    def snapshot_reads() -> int:
+        return sum(
+            1 for _, c in changes(settings, pipeline.topic("customers"))
+            if c is not None and c.op == "r" and c.key["id"] in capture.seed_keys
+        )
+
+    before = snapshot_reads()
+    registration.delete(settings, pipeline, drop_slot=True)
+    assert not _registered(settings, pipeline.source.connector)
+    registration.apply(settings, pipeline)
+    wait_until(lambda: snapshot_reads() >= before + len(capture.seed_keys), 60, "a second snapshot of the seed rows")
