@@ -12,6 +12,8 @@ DEBIAN_PACKAGES := postgresql-$(PG_MAJOR) redis-server openjdk-17-jdk-headless m
 
 run: setup
 	$(TIDE) stack up
+	$(TIDE) db migrate
+	$(TIDE) connector apply
 
 test: setup
 	$(VENV)/bin/pytest

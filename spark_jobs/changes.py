@@ -29,6 +29,23 @@ OPS: frozenset[str] = frozenset({"r", "c", "u", "d", "t"})
 Row = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class ColumnType:
+    """A column's PostgreSQL type as Debezium propagates it (`column.propagate.source.type`).
+
+    `name` is upper-case (NUMERIC, TEXT, INT8, TIMESTAMPTZ, JSONB, _TEXT for text[], or the
+    enum's own type name); `length`/`scale` are the declared precision and scale where relevant.
+    """
+
+    name: str
+    length: int | None = None
+    scale: int | None = None
+
+    @property
+    def is_array(self) -> bool:
+        return self.name.startswith("_")
+
+
 class DecodeError(ValueError):
     """A record is not a Debezium change event we can read; the message is the dead-letter reason."""
 
@@ -54,6 +71,8 @@ class Change:
     commit_ts_ms: int | None
     snapshot: str | None
     unavailable: frozenset[str] = field(default_factory=frozenset)
+    # Source types of the after (or before) image's columns, for sinks that need explicit types.
+    columns: dict[str, ColumnType] = field(default_factory=dict)
 
     @property
     def is_delete(self) -> bool:
@@ -121,6 +140,20 @@ def _row(payload: Row | None, schema: dict[str, Any] | None) -> tuple[Row | None
     return row, frozenset(unavailable)
 
 
+def _column_types(schema: dict[str, Any] | None) -> dict[str, ColumnType]:
+    types = {}
+    for item in (schema or {}).get("fields", []):
+        params = item.get("parameters") or {}
+        if "__debezium.source.column.type" in params:
+            length, scale = params.get("__debezium.source.column.length"), params.get("__debezium.source.column.scale")
+            types[item["field"]] = ColumnType(
+                name=params["__debezium.source.column.type"].upper(),
+                length=int(length) if length is not None else None,
+                scale=int(scale) if scale is not None else None,
+            )
+    return types
+
+
 def _field_schema(envelope_schema: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
     for item in (envelope_schema or {}).get("fields", []):
         if item.get("field") == name:
@@ -175,8 +208,9 @@ def decode(topic: str, key: bytes | None, value: bytes | None) -> Change | None:
     source = payload.get("source")
     if not isinstance(source, dict) or not source.get("table"):
         raise DecodeError("payload has no source.table")
-    before, _ = _row(payload.get("before"), _field_schema(schema, "before"))
-    after, unavailable = _row(payload.get("after"), _field_schema(schema, "after"))
+    before_schema, after_schema = _field_schema(schema, "before"), _field_schema(schema, "after")
+    before, _ = _row(payload.get("before"), before_schema)
+    after, unavailable = _row(payload.get("after"), after_schema)
     if op in ("c", "u", "r") and after is None:
         raise DecodeError(f"op {op} without an after image")
     return Change(
@@ -191,4 +225,5 @@ def decode(topic: str, key: bytes | None, value: bytes | None) -> Change | None:
         commit_ts_ms=source.get("ts_ms"),
         snapshot=source.get("snapshot"),
         unavailable=unavailable,
+        columns=_column_types(after_schema if after is not None else before_schema),
     )

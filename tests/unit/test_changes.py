@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.changes import UNAVAILABLE, DecodeError, decode
+from spark_jobs.changes import UNAVAILABLE, ColumnType, DecodeError, decode
 
 RECORDS = {r["name"]: r for r in json.loads((Path(__file__).parent / "fixtures" / "debezium_records.json").read_text())}
 
@@ -32,6 +32,8 @@ def test_insert_has_exact_decimals_structured_json_arrays_and_zoned_timestamps()
     assert after["attributes"] == {"color": "blue", "dims": {"h": 10}}
     assert isinstance(after["updated_at"], datetime) and after["updated_at"].utcoffset() is not None
     assert change.unavailable == frozenset()
+    assert change.columns["price"] == ColumnType("NUMERIC", 12, 2)
+    assert change.columns["tags"].is_array and change.columns["attributes"].name == "JSONB"
 
 
 def test_unchanged_toast_column_is_named_and_never_left_as_the_placeholder():

@@ -1,0 +1,43 @@
+"""Typed settings of the apply jobs, read from the environment (`TIDE_JOB_*`) at start-up.
+
+Kept apart from the stack's settings so the jobs run unchanged under
+`spark-submit --master <cluster>` with nothing but these variables set:
+`tide jobs start` fills them from the local stack's settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from spark_jobs.config import DEFAULT_PATH
+
+SinkName = Literal["search", "cache", "warehouse"]
+SINKS: tuple[SinkName, ...] = ("search", "cache", "warehouse")
+
+
+class JobSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TIDE_JOB_", extra="ignore", frozen=True)
+
+    pipeline_file: Path = DEFAULT_PATH
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    elasticsearch_url: str = "http://127.0.0.1:9200"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # Delta tables live under <warehouse_dir>/<table>; checkpoints under <checkpoint_dir>/<sink>.
+    warehouse_dir: Path = Path(".tideline/warehouse")
+    checkpoint_dir: Path = Path(".tideline/checkpoints")
+    jars_dir: Path = Path(".tideline/lib/spark")
+    # Records that cannot be decoded or applied go here with the reason.
+    dlq_topic: str = "tideline.dlq"
+
+    sinks: list[SinkName] = list(SINKS)
+    # Back-pressure: how often a micro-batch starts and how many records it may take.
+    trigger_interval: Annotated[str, Field(pattern=r"^\d+ (milliseconds|seconds|minutes)$")] = "2 seconds"
+    max_offsets_per_trigger: int = Field(default=20_000, ge=1)
+    # None = let spark-submit's --master decide (cluster runs); local[2] for the local stack.
+    master: str | None = "local[2]"
+    driver_memory: str = "1g"
+    es_bulk_size: int = Field(default=1000, ge=1)

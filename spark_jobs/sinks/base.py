@@ -1,0 +1,57 @@
+"""The contract every sink keeps. One module per sink implements it; `spark_jobs/pipeline.py` wires them.
+
+A sink receives, for each micro-batch, the newest change per row (and the
+newest truncate per table) — already decoded, deduplicated and with
+unchanged-TOAST columns filled from earlier changes in the same batch
+(`spark_jobs.merge.newest_per_row`). Each sink must:
+
+- apply an upsert or delete only if its `sequence` is above what it holds for
+  the row (`spark_jobs.merge.stored_version`: row, tombstone, truncate watermark),
+  atomically per row; an equal version is a replay and must change nothing;
+- keep delete versions (tombstones) for as long as an older change could still
+  arrive, so a deleted row is never resurrected;
+- apply a truncate by raising the table's watermark and removing rows below it;
+- keep the stored value of columns named in `Change.unavailable`;
+- never raise for one bad row: return it as `Rejected` (it goes to the
+  dead-letter topic) and apply the rest. Raising means the whole batch failed
+  (the sink is down); Spark retries it, which is safe because writes are idempotent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from spark_jobs.changes import Change
+from spark_jobs.config import PipelineConfig
+
+
+@dataclass(frozen=True)
+class Rejected:
+    change: Change
+    reason: str
+
+
+class PartitionSink(Protocol):
+    """A sink written from each Spark partition (Elasticsearch, Redis). Must be picklable: it is
+    shipped to executors, so it holds settings only and opens clients inside `write`."""
+
+    name: str
+
+    def setup(self, pipeline: PipelineConfig) -> None:
+        """Called once on the driver when the query starts: create indices, mappings, scripts. Idempotent."""
+
+    def write(self, changes: Sequence[Change]) -> list[Rejected]:
+        """Called on an executor with one partition's changes (newest per row). Idempotent, version-guarded."""
+
+
+class BatchSink(Protocol):
+    """A sink written per micro-batch from the driver with Spark operations (Delta Lake MERGE)."""
+
+    name: str
+
+    def setup(self, pipeline: PipelineConfig) -> None: ...
+
+    def write_batch(self, changes: Iterable[Change], batch_id: int) -> list[Rejected]:
+        """Apply one micro-batch (newest change per row). Idempotent for a replayed batch_id."""
