@@ -40,6 +40,8 @@ class SourceConfig(_Strict):
 
 class SearchView(_Strict):
     index: Identifier | None = None  # defaults to the table name
+    # Columns analysed as full text; other string columns are exact-match keywords.
+    text: list[Identifier] = []
 
 
 class CacheView(_Strict):

@@ -19,12 +19,22 @@ unchanged-TOAST columns filled from earlier changes in the same batch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from spark_jobs.changes import Change
 from spark_jobs.config import PipelineConfig
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+    from pyspark.sql import SparkSession
+
+# Metadata every sink stores beside a row's columns; `tide verify` ignores names with this prefix.
+META_PREFIX = "tl_"
+VERSION_MAJOR = "tl_version_major"
+VERSION_MINOR = "tl_version_minor"
+COMMIT_TS = "tl_commit_ts"
 
 
 @dataclass(frozen=True)
@@ -53,5 +63,6 @@ class BatchSink(Protocol):
 
     def setup(self, pipeline: PipelineConfig) -> None: ...
 
-    def write_batch(self, changes: Iterable[Change], batch_id: int) -> list[Rejected]:
-        """Apply one micro-batch (newest change per row). Idempotent for a replayed batch_id."""
+    def write_batch(self, spark: SparkSession, changes: RDD[Change], batch_id: int) -> list[Rejected]:
+        """Apply one micro-batch (an RDD of the newest change per row; never collected to the driver).
+        Idempotent for a replayed batch_id. Returns the (few) changes it could not apply."""
