@@ -6,6 +6,7 @@ import typer
 
 from services.connector.cli import connector_app
 from services.db.cli import db_app
+from services.jobs.cli import jobs_app
 from services.stack.cli import stack_app
 
 app = typer.Typer(
@@ -17,6 +18,7 @@ app = typer.Typer(
 app.add_typer(stack_app, name="stack")
 app.add_typer(db_app, name="db")
 app.add_typer(connector_app, name="connector")
+app.add_typer(jobs_app, name="jobs")
 
 if __name__ == "__main__":
     app()

@@ -57,6 +57,11 @@ class StackSettings(BaseSettings):
     connect_heap: JvmSize = "768m"
     elasticsearch_heap: JvmSize = "512m"
 
+    # Apply jobs (passed to the Spark driver as TIDE_JOB_*): back-pressure and memory.
+    job_trigger_interval: str = "2 seconds"
+    job_max_offsets_per_trigger: int = Field(default=20_000, ge=1)
+    job_driver_memory: JvmSize = "1g"
+
     startup_timeout_s: float = Field(default=240.0, gt=0)
 
     @model_validator(mode="after")

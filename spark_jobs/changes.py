@@ -73,6 +73,8 @@ class Change:
     unavailable: frozenset[str] = field(default_factory=frozenset)
     # Source types of the after (or before) image's columns, for sinks that need explicit types.
     columns: dict[str, ColumnType] = field(default_factory=dict)
+    # Where the record was read: (topic, partition, offset), for dead letters.
+    origin: tuple[str, int, int] | None = None
 
     @property
     def is_delete(self) -> bool:
@@ -190,7 +192,9 @@ def decode_key(key: bytes | None) -> Row:
     return payload
 
 
-def decode(topic: str, key: bytes | None, value: bytes | None) -> Change | None:
+def decode(
+    topic: str, key: bytes | None, value: bytes | None, partition: int = -1, offset: int = -1
+) -> Change | None:
     """Decode one Kafka record of a change topic; None for a tombstone (the delete marker's companion).
 
     Raises DecodeError (with the reason for the dead-letter record) for anything
@@ -226,4 +230,5 @@ def decode(topic: str, key: bytes | None, value: bytes | None) -> Change | None:
         snapshot=source.get("snapshot"),
         unavailable=unavailable,
         columns=_column_types(after_schema if after is not None else before_schema),
+        origin=(topic, partition, offset),
     )

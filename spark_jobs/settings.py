@@ -30,6 +30,8 @@ class JobSettings(BaseSettings):
     warehouse_dir: Path = Path(".tideline/warehouse")
     checkpoint_dir: Path = Path(".tideline/checkpoints")
     jars_dir: Path = Path(".tideline/lib/spark")
+    # The driver rewrites this each supervision loop: each query's state and last error.
+    status_file: Path = Path(".tideline/jobs/status.json")
     # Records that cannot be decoded or applied go here with the reason.
     dlq_topic: str = "tideline.dlq"
 

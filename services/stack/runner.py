@@ -20,7 +20,7 @@ Report = Callable[[str, str], None]
 class ServiceStatus:
     name: str
     pid: int | None
-    port: int
+    port: int | None
     healthy: bool
     detail: str
     log: Path
@@ -96,13 +96,17 @@ def _start(settings: StackSettings, service: Service) -> process.Started:
 
 
 def up(settings: StackSettings, names: Iterable[str] | None = None, report: Report = lambda n, s: None) -> None:
-    """Start what is not running and wait until every selected service is healthy.
+    """Start what is not running of the named stack services (and what they need); wait until healthy."""
+    start_and_wait(settings, select(names), report)
+
+
+def start_and_wait(settings: StackSettings, services: list[Service], report: Report = lambda n, s: None) -> None:
+    """Start what is not running and wait until every given service is healthy.
 
     Idempotent: running services are left alone. Services whose `after`
     dependencies are healthy start together; the loop then polls every probe
     until all pass, a process dies, or the deadline passes.
     """
-    services = select(names)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     _preflight(settings, services)
     for bundle in dict.fromkeys(b for service in services for b in service.jar_bundles):
@@ -120,7 +124,7 @@ def up(settings: StackSettings, names: Iterable[str] | None = None, report: Repo
             if service.name in healthy:
                 continue
             if service.name not in started:
-                if all(dep in healthy for dep in service.after):
+                if all(dep in healthy or dep not in {s.name for s in services} for dep in service.after):
                     report(service.name, "starting")
                     started[service.name] = _start(settings, service)
                 continue
@@ -156,9 +160,9 @@ def down(settings: StackSettings, names: Iterable[str] | None = None, report: Re
             report(service.name, "stopped")
 
 
-def status(settings: StackSettings) -> list[ServiceStatus]:
+def status(settings: StackSettings, services: Iterable[Service] | None = None) -> list[ServiceStatus]:
     rows = []
-    for service in CATALOGUE.values():
+    for service in services or CATALOGUE.values():
         started = process.running(pid_file(settings, service))
         healthy, detail = _probe(settings, service) if started else (False, "not running")
         rows.append(

@@ -45,5 +45,5 @@ class Service:
     user_when_root: str | None = None
     env: Callable[[StackSettings], dict[str, str]] = field(default=lambda settings: {})
 
-    def port(self, settings: StackSettings) -> int:
-        return getattr(settings, self.port_fields[0])
+    def port(self, settings: StackSettings) -> int | None:
+        return getattr(settings, self.port_fields[0]) if self.port_fields else None

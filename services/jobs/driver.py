@@ -1,0 +1,73 @@
+"""The Spark apply driver as a managed local process: settings in, pid file and log out."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from services.settings import StackSettings
+from services.stack import elasticsearch, jars
+from services.stack.service import Service, Unhealthy
+
+STATUS_STALE_S = 30.0
+
+
+def job_env(settings: StackSettings) -> dict[str, str]:
+    """TIDE_JOB_* for spark_jobs.settings.JobSettings, derived from the stack's settings."""
+    state = settings.state_dir
+    return {
+        "TIDE_JOB_PIPELINE_FILE": str(settings.pipeline_file),
+        "TIDE_JOB_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "TIDE_JOB_ELASTICSEARCH_URL": elasticsearch.url(settings),
+        "TIDE_JOB_REDIS_URL": f"redis://{settings.host}:{settings.redis_port}/0",
+        "TIDE_JOB_WAREHOUSE_DIR": str(state / "warehouse"),
+        "TIDE_JOB_CHECKPOINT_DIR": str(state / "checkpoints"),
+        "TIDE_JOB_JARS_DIR": str(jars.bundle_dir(settings, "spark")),
+        "TIDE_JOB_STATUS_FILE": str(status_file(settings)),
+        "TIDE_JOB_TRIGGER_INTERVAL": settings.job_trigger_interval,
+        "TIDE_JOB_MAX_OFFSETS_PER_TRIGGER": str(settings.job_max_offsets_per_trigger),
+        "TIDE_JOB_DRIVER_MEMORY": settings.job_driver_memory,
+    }
+
+
+def status_file(settings: StackSettings) -> Path:
+    return settings.state_dir / "jobs" / "status.json"
+
+
+def read_status(settings: StackSettings) -> dict | None:
+    try:
+        return json.loads(status_file(settings).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def probe(settings: StackSettings) -> str:
+    """Healthy once the driver reports every query active, recently."""
+    status = read_status(settings)
+    if status is None:
+        raise Unhealthy("driver has not reported yet")
+    age = time.time() - status["written_at_ms"] / 1000
+    if age > STATUS_STALE_S:
+        raise Unhealthy(f"driver status is {age:.0f}s old")
+    inactive = [sink for sink, query in status["queries"].items() if not query["active"]]
+    if inactive:
+        errors = "; ".join(f"{s}: {status['queries'][s]['last_error']}" for s in inactive)
+        raise Unhealthy(f"queries not running: {errors}")
+    return "queries " + ", ".join(status["queries"])
+
+
+def prepare(settings: StackSettings) -> None:
+    status_file(settings).unlink(missing_ok=True)  # a new driver must report afresh
+    jars.ensure(settings, "spark")
+
+
+SERVICE = Service(
+    name="jobs",
+    port_fields=(),
+    command=lambda settings: [sys.executable, "-m", "spark_jobs"],
+    probe=probe,
+    prepare=prepare,
+    env=job_env,
+)

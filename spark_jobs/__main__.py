@@ -1,0 +1,23 @@
+"""Entry point: `python -m spark_jobs` locally (via `tide jobs start`) or
+`spark-submit --master <url> ... spark_jobs/__main__.py` on a cluster. Settings come from TIDE_JOB_*."""
+
+from __future__ import annotations
+
+import logging
+
+from spark_jobs.config import load
+from spark_jobs.pipeline import supervise
+from spark_jobs.session import build_session
+from spark_jobs.settings import JobSettings
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = JobSettings()
+    pipeline = load(settings.pipeline_file)
+    spark = build_session("tideline-apply", settings.jars_dir, master=settings.master, driver_memory=settings.driver_memory)
+    supervise(spark, settings, pipeline)
+
+
+if __name__ == "__main__":
+    main()

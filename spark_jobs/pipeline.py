@@ -1,0 +1,209 @@
+"""The apply pipeline, wired in one place: Kafka change topics → decode → newest per row → one sink.
+
+One streaming query per sink, each with its own checkpoint and therefore its
+own consumer position (fan-out): a slow or failing sink never holds back the
+others. `supervise` restarts a failed query with back-off while the rest run.
+
+Exactly-once effect = at-least-once delivery (checkpointed offsets, a failed
+micro-batch is replayed) + idempotent, version-guarded sink writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from spark_jobs import dead_letters
+from spark_jobs.changes import Change, DecodeError, decode
+from spark_jobs.config import PipelineConfig
+from spark_jobs.dead_letters import DeadLetter
+from spark_jobs.merge import group_key, newer
+from spark_jobs.settings import JobSettings, SinkName
+from spark_jobs.sinks.base import BatchSink, PartitionSink, Rejected
+
+log = logging.getLogger("tideline.pipeline")
+
+VIEW_OF_SINK = {"search": "search", "cache": "cache", "warehouse": "warehouse"}
+
+
+def make_sink(name: SinkName, settings: JobSettings, pipeline: PipelineConfig) -> PartitionSink | BatchSink:
+    """The sink module for a sink name (imported here so a job loads only the clients it uses)."""
+    if name == "search":
+        from spark_jobs.sinks.elasticsearch import ElasticsearchSink
+
+        return ElasticsearchSink(settings.elasticsearch_url, pipeline, settings.es_bulk_size)
+    if name == "cache":
+        from spark_jobs.sinks.redis import RedisSink
+
+        return RedisSink(settings.redis_url, pipeline)
+    from spark_jobs.sinks.delta import DeltaSink
+
+    return DeltaSink(str(settings.warehouse_dir), pipeline)
+
+
+def tables_with_view(pipeline: PipelineConfig, sink: SinkName) -> list[str]:
+    return [table for table, views in pipeline.tables.items() if getattr(views, VIEW_OF_SINK[sink]) is not None]
+
+
+def source(spark: SparkSession, settings: JobSettings, topics: list[str]) -> DataFrame:
+    """The change topics as a stream. Earliest on a fresh checkpoint (a new sink starts from the
+    beginning of the compacted topics); failOnDataLoss so a gap is an error, never skipped."""
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "true")
+        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        .load()
+        .select("topic", "partition", "offset", "key", "value")
+    )
+
+
+def decode_partition(rows: Iterator[Any], bootstrap: str, dlq_topic: str, tables: frozenset[str]) -> Iterator[Change]:
+    """Decode one partition of raw records; undecodable ones go to the dead-letter topic at once."""
+    dead: list[DeadLetter] = []
+    for row in rows:
+        key, value = _bytes(row.key), _bytes(row.value)
+        try:
+            change = decode(row.topic, key, value, row.partition, row.offset)
+            if change is not None and change.table not in tables:
+                raise DecodeError(f"table {change.table} is not configured in pipeline.yaml for this sink")
+        except DecodeError as exc:
+            dead.append(DeadLetter("decode", str(exc), row.topic, row.partition, row.offset, key, value))
+            continue
+        if change is not None:  # tombstones only serve compaction; the delete marker before them carries the delete
+            yield change
+    dead_letters.send(bootstrap, dlq_topic, dead)
+
+
+def _bytes(value: Any) -> bytes | None:
+    return bytes(value) if value is not None else None
+
+
+def rejected_letters(sink: str, rejected: list[Rejected]) -> list[DeadLetter]:
+    return [
+        DeadLetter(f"apply:{sink}", item.reason, *(item.change.origin or ("?", -1, -1)), None, None)
+        for item in rejected
+    ]
+
+
+class BatchWriter:
+    """The foreachBatch function of one sink's query (picklable: settings and the sink only)."""
+
+    def __init__(self, sink_name: SinkName, settings: JobSettings, pipeline: PipelineConfig) -> None:
+        self.sink_name = sink_name
+        self.settings = settings
+        self.sink = make_sink(sink_name, settings, pipeline)
+        self.tables = frozenset(tables_with_view(pipeline, sink_name))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        bootstrap, dlq_topic, tables = self.settings.kafka_bootstrap, self.settings.dlq_topic, self.tables
+        newest = (
+            batch.rdd.mapPartitions(lambda rows: decode_partition(rows, bootstrap, dlq_topic, tables))
+            .map(lambda change: (group_key(change), change))
+            .reduceByKey(newer)
+            .values()
+            .persist()
+        )
+        try:
+            # Truncates first, from the driver (a handful per batch): a row change applied
+            # concurrently in another partition must already see the raised watermark.
+            truncates = newest.filter(lambda change: change.op == "t").collect()
+            rows = newest.filter(lambda change: change.op != "t")
+            self._apply(batch.sparkSession, truncates, rows, batch_id)
+        finally:
+            newest.unpersist()
+
+    def _apply(self, spark: SparkSession, truncates: list[Change], rows: Any, batch_id: int) -> None:
+        sink, sink_name, bootstrap, dlq = self.sink, self.sink_name, self.settings.kafka_bootstrap, self.settings.dlq_topic
+        if hasattr(sink, "write_batch"):
+            rejected = sink.write_batch(spark, spark.sparkContext.parallelize(truncates, 1), batch_id) if truncates else []
+            rejected += sink.write_batch(spark, rows, batch_id)
+            dead_letters.send(bootstrap, dlq, rejected_letters(sink_name, rejected))
+            return
+        if truncates:
+            dead_letters.send(bootstrap, dlq, rejected_letters(sink_name, sink.write(truncates)))
+        rows.foreachPartition(
+            lambda part: dead_letters.send(bootstrap, dlq, rejected_letters(sink_name, sink.write(list(part))))
+        )
+
+
+def build_query(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, sink: SinkName) -> StreamingQuery:
+    """One sink's streaming query: its own checkpoint folder, its own consumer position."""
+    writer = BatchWriter(sink, settings, pipeline)
+    writer.sink.setup(pipeline)
+    topics = [pipeline.topic(table) for table in writer.tables]
+    return (
+        source(spark, settings, topics)
+        .writeStream.queryName(f"tideline-{sink}")
+        .foreachBatch(writer)
+        .option("checkpointLocation", str(settings.checkpoint_dir / sink))
+        .trigger(processingTime=settings.trigger_interval)
+        .start()
+    )
+
+
+@dataclass
+class _Supervised:
+    query: StreamingQuery | None = None
+    retry_at: float = 0.0
+    backoff: float = 1.0
+    started_at: float = 0.0
+    last_error: str | None = None
+
+
+def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, max_backoff_s: float = 30.0) -> None:
+    """Run every configured sink's query; restart one that fails (e.g. its store is down) with
+    exponential back-off while the others keep running. Returns only if the session stops."""
+    supervised = {sink: _Supervised() for sink in settings.sinks if tables_with_view(pipeline, sink)}
+    while True:
+        now = time.monotonic()
+        for sink, state in supervised.items():
+            if state.query is not None and state.query.isActive:
+                if now - state.started_at > max_backoff_s:
+                    state.backoff = 1.0  # healthy for a while: the next failure retries quickly again
+                continue
+            if state.query is not None:
+                state.last_error = str(state.query.exception() or "stopped")[:500]
+                log.error("query %s stopped: %s; restarting in %.0fs", sink, state.last_error, state.backoff)
+                state.query, state.retry_at = None, now + state.backoff
+                state.backoff = min(state.backoff * 2, max_backoff_s)
+            elif now >= state.retry_at:
+                try:
+                    state.query, state.started_at = build_query(spark, settings, pipeline, sink), now
+                except Exception as exc:  # noqa: BLE001 - e.g. the store is down during setup: retry later
+                    state.last_error = str(exc)[:500]
+                    log.error("cannot start query %s: %s; retrying in %.0fs", sink, exc, state.backoff)
+                    state.retry_at = now + state.backoff
+                    state.backoff = min(state.backoff * 2, max_backoff_s)
+        write_status(settings, supervised)
+        spark.streams.awaitAnyTermination(timeout=5)
+        spark.streams.resetTerminated()
+
+
+def write_status(settings: JobSettings, supervised: dict[str, _Supervised]) -> None:
+    """Each query's state for `tide jobs status` (written atomically: write then rename)."""
+    status = {
+        "written_at_ms": int(time.time() * 1000),
+        "queries": {
+            sink: {
+                "active": bool(state.query is not None and state.query.isActive),
+                "last_error": state.last_error,
+                "batch_id": (state.query.lastProgress or {}).get("batchId") if state.query else None,
+            }
+            for sink, state in supervised.items()
+        },
+    }
+    settings.status_file.parent.mkdir(parents=True, exist_ok=True)
+    temporary = settings.status_file.with_suffix(".tmp")
+    temporary.write_text(json.dumps(status))
+    os.replace(temporary, settings.status_file)
