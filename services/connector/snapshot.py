@@ -12,7 +12,9 @@ the table's change topic, interleaved with the stream.
 Completion comes from Debezium's notifications (`notification.enabled.channels=sink`,
 topic `<topic_prefix>.notifications`): an "Incremental Snapshot" notification
 whose id is the signal row's id, with type STARTED, DATA_COLLECTIONS_RESOLVED,
-IN_PROGRESS, TABLE_SCAN_COMPLETED, then COMPLETED (or ABORTED).
+IN_PROGRESS, TABLE_SCAN_COMPLETED, then COMPLETED (or ABORTED). COMPLETED can
+be readable before the last re-read rows are, so the command returns only once
+Kafka Connect's committed offset proves they were delivered (see _wait_delivered).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+import httpx
 import psycopg
 import typer
 from kafka import KafkaConsumer, TopicPartition
@@ -164,18 +167,53 @@ def require_running(settings: StackSettings, pipeline: PipelineConfig) -> None:
         raise SnapshotError(f"connector {name} is not running ({', '.join(states)}): see `tide connector status`")
 
 
-def send_signal(settings: StackSettings, pipeline: PipelineConfig, data: dict[str, Any]) -> str:
-    """Insert the signal row as the database owner; returns its id (Debezium's notifications carry it back)."""
-    payload = json.dumps(data, separators=(",", ":"))
-    if len(payload) > SIGNAL_DATA_MAX:
-        raise SnapshotError(f"the snapshot signal is {len(payload)} characters, over the {SIGNAL_DATA_MAX} the signal table holds: shorten --where")
-    signal_id = str(uuid.uuid4())
+def _insert_signal(settings: StackSettings, pipeline: PipelineConfig, signal_id: str, kind: str, payload: str) -> int:
+    """Insert one row into the signalling table as the database owner; returns the WAL position just before it."""
     statement = sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(
         sql.Identifier(pipeline.source.schema_name, capture.SIGNAL_TABLE)
     )
     with psycopg.connect(postgres.conninfo(settings)) as conn:
-        conn.execute(statement, (signal_id, SIGNAL_TYPE, payload))
+        before = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0]
+        conn.execute(statement, (signal_id, kind, payload))
+    return int(before)
+
+
+def send_signal(settings: StackSettings, pipeline: PipelineConfig, data: dict[str, Any]) -> str:
+    """Insert the execute-snapshot row; returns its id (Debezium's notifications and watermarks carry it back)."""
+    payload = json.dumps(data, separators=(",", ":"))
+    if len(payload) > SIGNAL_DATA_MAX:
+        raise SnapshotError(
+            f"the snapshot signal is {len(payload)} characters, over the {SIGNAL_DATA_MAX} the signal table holds: "
+            "shorten --where"
+        )
+    signal_id = str(uuid.uuid4())
+    _insert_signal(settings, pipeline, signal_id, SIGNAL_TYPE, payload)
     return signal_id
+
+
+def send_end_marker(settings: StackSettings, pipeline: PipelineConfig, signal_id: str) -> int:
+    """After COMPLETED: a `log` signal (Debezium only logs it) whose change event follows every re-read row.
+
+    Returns the WAL position before it: once Kafka Connect has committed a source
+    offset at or past it, every record Debezium produced before (all op=r rows
+    of this snapshot included) has been acknowledged by Kafka.
+    """
+    message = {"message": f"tide snapshot {signal_id} completed"}
+    return _insert_signal(settings, pipeline, f"{signal_id}-end", "log", json.dumps(message))
+
+
+def committed_lsn(settings: StackSettings, pipeline: PipelineConfig) -> int | None:
+    """The WAL position of the connector's last committed source offset (GET /connectors/<name>/offsets)."""
+    name = pipeline.source.connector
+    url = f"{kafka.connect_url(settings)}/connectors/{name}/offsets"
+    try:
+        response = httpx.get(url, timeout=10)
+    except httpx.HTTPError as exc:
+        raise SnapshotError(f"cannot reach Kafka Connect at {kafka.connect_url(settings)}: {exc}") from exc
+    if response.status_code != 200:
+        raise SnapshotError(f"Kafka Connect GET /connectors/{name}/offsets answered {response.status_code}")
+    positions = [entry.get("offset", {}).get("lsn") for entry in response.json().get("offsets", [])]
+    return max((int(lsn) for lsn in positions if lsn is not None), default=None)
 
 
 @dataclass(frozen=True)
@@ -215,7 +253,10 @@ class SnapshotProgress:
     emitted: int = 0  # op=r records for the table seen in its change topic since the signal
     state: str = "SIGNALLED"  # type of the last notification for this snapshot
     scanned: bool = False  # TABLE_SCAN_COMPLETED seen for the table
-    completed: bool = False
+    completed: bool = False  # Debezium reported COMPLETED
+    delivered: bool = False  # ...and Kafka has acknowledged every record produced before that
+    # Types of this snapshot's notifications, in arrival order (several can arrive in one poll).
+    seen: list[str] = field(default_factory=list)
 
     def on_notification(self, note: Notification) -> None:
         """Advance on this snapshot's notifications; raise SnapshotError on an abort or a failed scan.
@@ -229,15 +270,19 @@ class SnapshotProgress:
         ours = note.id == self.signal_id
         if ours:
             self.state = note.type
+            self.seen.append(note.type)
         if note.type == "TABLE_SCAN_COMPLETED" and ours and note.data.get("scanned_collection") == self.table:
             status = note.data.get("status", "SUCCEEDED")
             if status not in SCAN_OK:
                 raise SnapshotError(
-                    f"Debezium could not read {self.table} for snapshot {self.signal_id}: {status} (see the Kafka Connect log)"
+                    f"Debezium could not read {self.table} for snapshot {self.signal_id}: {status} "
+                    "(see the Kafka Connect log)"
                 )
             self.scanned = True
         elif note.type == "ABORTED" and (ours or self.state != "SIGNALLED"):
-            raise SnapshotError(f"incremental snapshot {self.signal_id} of {self.table} was aborted after {self.emitted} rows")
+            raise SnapshotError(
+                f"incremental snapshot {self.signal_id} of {self.table} was aborted after {self.emitted} rows"
+            )
         elif note.type == "COMPLETED" and (ours or self.scanned):
             self.completed = True
 
@@ -258,13 +303,29 @@ def _count_snapshot_reads(progress: SnapshotProgress, topic: str, records: list[
             progress.emitted += 1
 
 
-def _drain(consumer: KafkaConsumer, progress: SnapshotProgress, topic: str, until: dict[TopicPartition, int], deadline: float) -> None:
-    """Count the change topic up to `until`: COMPLETED can be readable before the last op=r records are."""
-    until = {tp: end for tp, end in until.items() if tp in consumer.assignment()}
+def _drain(consumer: KafkaConsumer, progress: SnapshotProgress, topic: str, deadline: float) -> None:
+    """Count the change topic up to its current end (called once delivery is confirmed)."""
+    until = {tp: end for tp, end in topics.end_offsets(consumer, topic).items() if tp in consumer.assignment()}
     while any(consumer.position(tp) < end for tp, end in until.items()) and time.monotonic() < deadline:
-        for partition, records in consumer.poll(timeout_ms=500).items():
-            if partition.topic == topic:
-                _count_snapshot_reads(progress, topic, records)
+        _poll(consumer, progress, topic)
+
+
+def _poll(consumer: KafkaConsumer, progress: SnapshotProgress, change_topic: str) -> None:
+    for partition, records in consumer.poll(timeout_ms=500).items():
+        if partition.topic == change_topic:
+            _count_snapshot_reads(progress, change_topic, records)
+        else:
+            for record in records:
+                if (note := parse_notification(record.value)) is not None:
+                    progress.on_notification(note)
+
+
+def _late(progress: SnapshotProgress, waiting_for: str) -> SnapshotError:
+    return SnapshotError(
+        f"incremental snapshot {progress.signal_id} of {progress.table}: no {waiting_for} in time "
+        f"({progress.emitted} of ~{progress.estimated} rows seen, last state {progress.state}); "
+        "Debezium keeps going: check `tide connector status`, watch `tide tail`, or raise --timeout"
+    )
 
 
 def _watch(
@@ -274,21 +335,41 @@ def _watch(
     deadline: float,
     on_progress: Callable[[SnapshotProgress], None],
 ) -> None:
+    """Until Debezium reports COMPLETED: count re-read rows, follow this snapshot's notifications."""
     while not progress.completed:
         if time.monotonic() > deadline:
-            raise SnapshotError(
-                f"incremental snapshot {progress.signal_id} of {progress.table} not completed in time "
-                f"({progress.emitted} of ~{progress.estimated} rows so far, last state {progress.state}); "
-                "Debezium keeps going: watch `tide tail` or raise --timeout"
-            )
-        for partition, records in consumer.poll(timeout_ms=500).items():
-            if partition.topic == change_topic:
-                _count_snapshot_reads(progress, change_topic, records)
-            else:
-                for record in records:
-                    if (note := parse_notification(record.value)) is not None:
-                        progress.on_notification(note)
+            raise _late(progress, "COMPLETED notification")
+        _poll(consumer, progress, change_topic)
         on_progress(progress)
+
+
+def _wait_delivered(
+    settings: StackSettings,
+    pipeline: PipelineConfig,
+    consumer: KafkaConsumer,
+    progress: SnapshotProgress,
+    change_topic: str,
+    deadline: float,
+    on_progress: Callable[[SnapshotProgress], None],
+) -> None:
+    """Until Kafka Connect confirms delivery of everything produced before COMPLETED.
+
+    COMPLETED is readable before the last re-read rows: Kafka orders records
+    within a partition only, and a small notification overtakes large batches
+    of rows still in the producer. Kafka Connect commits a source offset only
+    once every earlier record is acknowledged, so a committed offset past our
+    end marker proves the rows are in the topic (it commits every
+    offset.flush.interval.ms, so this takes up to that long).
+    """
+    marker = send_end_marker(settings, pipeline, progress.signal_id)
+    progress.state = "DELIVERING"
+    while (committed := committed_lsn(settings, pipeline)) is None or committed < marker:
+        if time.monotonic() > deadline:
+            raise _late(progress, "confirmation from Kafka Connect that the rows were delivered")
+        _poll(consumer, progress, change_topic)
+        on_progress(progress)
+    progress.delivered = True
+    progress.state = "DELIVERED"
 
 
 @dataclass(frozen=True)
@@ -333,22 +414,27 @@ def execute(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_progress: Callable[[SnapshotProgress], None] = lambda progress: None,
 ) -> SnapshotProgress:
-    """Write the signal row and wait until Debezium reports the snapshot COMPLETED.
+    """Write the signal row, wait for Debezium's COMPLETED, then for every re-read row to be in Kafka.
 
     The topics' end offsets are taken *before* the signal, so no notification or
-    re-read row can slip past. Raises SnapshotError on ABORTED, a failed table
-    scan, or the deadline (the snapshot itself then continues in Debezium).
+    re-read row can slip past. On return, `emitted` counts every op=r record of
+    the table written since the signal. Raises SnapshotError on ABORTED, a failed
+    table scan, or the deadline (the snapshot itself then continues in Debezium).
     """
     change_topic, notes_topic = pipeline.topic(plan.table), topics.notifications_topic(pipeline)
     consumer = topics.open_consumer(settings)
     try:
-        _assign_from(consumer, {**topics.end_offsets(consumer, change_topic), **topics.end_offsets(consumer, notes_topic)})
+        # A change topic that does not exist yet (a table never written) has no partitions to count.
+        _assign_from(
+            consumer, {**topics.end_offsets(consumer, change_topic), **topics.end_offsets(consumer, notes_topic)}
+        )
         signal_id = send_signal(settings, pipeline, plan.data)
         progress = SnapshotProgress(signal_id, f"{pipeline.source.schema_name}.{plan.table}", plan.estimated)
         on_progress(progress)
         deadline = time.monotonic() + timeout_s
         _watch(consumer, progress, change_topic, deadline, on_progress)
-        _drain(consumer, progress, change_topic, topics.end_offsets(consumer, change_topic), deadline)
+        _wait_delivered(settings, pipeline, consumer, progress, change_topic, deadline, on_progress)
+        _drain(consumer, progress, change_topic, deadline)
         on_progress(progress)
         return progress
     except KafkaError as exc:
@@ -381,7 +467,9 @@ def snapshot_command(
     where: Annotated[
         str | None, typer.Option(help="Re-emit only rows matching this SQL condition, e.g. \"price > 10\".")
     ] = None,
-    timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for Debezium to report COMPLETED.")] = DEFAULT_TIMEOUT_S,
+    timeout: Annotated[
+        float, typer.Option(min=1, help="Seconds to wait until every re-read row is in Kafka.")
+    ] = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Re-emit a table (or the rows --where selects) as op=r records while streaming continues."""
     settings = load_settings()
@@ -395,8 +483,9 @@ def snapshot_command(
 
             def show(progress: SnapshotProgress) -> None:
                 # Concurrent inserts can push the count past the estimate; at the end the bar shows what was re-emitted.
-                total = progress.emitted if progress.completed else max(progress.estimated, progress.emitted)
-                bar.update(task, total=total, completed=progress.emitted, description=f"{progress.table} {progress.state.lower()}")
+                total = progress.emitted if progress.delivered else max(progress.estimated, progress.emitted)
+                description = f"{progress.table} {progress.state.lower()}"
+                bar.update(task, total=total, completed=progress.emitted, description=description)
 
             result = execute(settings, pipeline, plan, timeout, on_progress=show)
     console.print(
