@@ -61,6 +61,8 @@ class StackSettings(BaseSettings):
     job_trigger_interval: str = "2 seconds"
     job_max_offsets_per_trigger: int = Field(default=20_000, ge=1)
     job_driver_memory: JvmSize = "1g"
+    # The cache sink's Redis database (a truncate scans it, so it is best not shared).
+    job_redis_db: int = Field(default=0, ge=0, le=15)
 
     startup_timeout_s: float = Field(default=240.0, gt=0)
 
