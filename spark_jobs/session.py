@@ -7,6 +7,8 @@ anything at start. Nothing here runs at import time.
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -44,4 +46,7 @@ def build_session(
     )
     if master:
         builder = builder.master(master)
+        # Local Python workers run this interpreter (the project's environment), not whatever
+        # `python3` is first on PATH. On a cluster, PYSPARK_PYTHON names the workers' interpreter.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return builder.getOrCreate()
