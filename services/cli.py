@@ -7,9 +7,8 @@ import typer
 from services.connector.cli import connector_app
 from services.connector.snapshot import capture_ops_app
 from services.db.cli import db_app
-from services.jobs.cli import jobs_app
+from services.jobs.cli import jobs_app, rebuild_app
 from services.stack.cli import stack_app
-from services.verify.cli import verify_command
 
 app = typer.Typer(
     name="tide",
@@ -22,7 +21,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(connector_app, name="connector")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(capture_ops_app)
-app.command("verify")(verify_command)
+app.add_typer(rebuild_app)
 
 if __name__ == "__main__":
     app()

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -99,10 +100,12 @@ def rejected_letters(sink: str, rejected: list[Rejected]) -> list[DeadLetter]:
 class BatchWriter:
     """The foreachBatch function of one sink's query (picklable: settings and the sink only)."""
 
-    def __init__(self, sink_name: SinkName, settings: JobSettings, pipeline: PipelineConfig) -> None:
+    def __init__(
+        self, sink_name: SinkName, settings: JobSettings, pipeline: PipelineConfig, sink: Any = None
+    ) -> None:
         self.sink_name = sink_name
         self.settings = settings
-        self.sink = make_sink(sink_name, settings, pipeline)
+        self.sink = sink if sink is not None else make_sink(sink_name, settings, pipeline)
         self.tables = frozenset(tables_with_view(pipeline, sink_name))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -137,19 +140,32 @@ class BatchWriter:
         )
 
 
-def build_query(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, sink: SinkName) -> StreamingQuery:
-    """One sink's streaming query: its own checkpoint folder, its own consumer position."""
-    writer = BatchWriter(sink, settings, pipeline)
+def build_query(
+    spark: SparkSession,
+    settings: JobSettings,
+    pipeline: PipelineConfig,
+    sink: SinkName,
+    *,
+    instance: Any = None,
+    checkpoint: Path | None = None,
+    available_now: bool = False,
+) -> StreamingQuery:
+    """One sink's streaming query: its own checkpoint folder, its own consumer position.
+
+    `instance`, `checkpoint` and `available_now` serve rebuilds: a differently targeted sink,
+    a fresh checkpoint (so reading starts at offset zero), and a run that stops once caught up.
+    """
+    writer = BatchWriter(sink, settings, pipeline, instance)
     writer.sink.setup(pipeline)
     topics = [pipeline.topic(table) for table in writer.tables]
-    return (
+    stream = (
         source(spark, settings, topics)
-        .writeStream.queryName(f"tideline-{sink}")
+        .writeStream.queryName(f"tideline-{sink}" + ("-rebuild" if checkpoint else ""))
         .foreachBatch(writer)
-        .option("checkpointLocation", str(settings.checkpoint_dir / sink))
-        .trigger(processingTime=settings.trigger_interval)
-        .start()
+        .option("checkpointLocation", str(checkpoint or settings.checkpoint_dir / sink))
     )
+    trigger = {"availableNow": True} if available_now else {"processingTime": settings.trigger_interval}
+    return stream.trigger(**trigger).start()
 
 
 @dataclass

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 from rich.table import Table
 
 from services.console import console, load_settings, reporter, user_errors
-from services.jobs import driver, lag
+from services.jobs import driver, lag, rebuild
 from services.stack import process, runner
 from services.stack.service import StackError
 from spark_jobs.config import load
@@ -14,6 +16,8 @@ from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
 
 jobs_app = typer.Typer(help="The Spark Structured Streaming jobs that apply the changelog to every sink.")
+# Top-level commands about the jobs (merged into `tide` itself).
+rebuild_app = typer.Typer()
 
 
 @jobs_app.command()
@@ -51,3 +55,17 @@ def status() -> None:
         state = "[green]running[/green]" if query.get("active") else "[red]stopped[/red]"
         table.add_row(sink, state, str(behind), (query.get("last_error") or "")[:80])
     console.print(table)
+
+
+@rebuild_app.command()
+def rebuild(sink: Annotated[str, typer.Argument(help="search, cache or warehouse")]) -> None:
+    """Recreate one sink from the compacted topics (offset zero), without touching PostgreSQL."""
+    settings = load_settings()
+    with user_errors():
+        if sink not in SINKS:
+            raise StackError(f"unknown sink {sink}; choose one of {', '.join(SINKS)}")
+        if sink == "search":
+            swapped = rebuild.rebuild_search(settings, console.print)
+            console.print("aliases now point at " + ", ".join(f"{a} -> {i}" for a, i in swapped.items()))
+        else:
+            rebuild.rebuild_by_replay(settings, sink, console.print)
