@@ -9,6 +9,7 @@ from services.connector.snapshot import capture_ops_app
 from services.db.cli import db_app
 from services.jobs.cli import jobs_app, rebuild_app
 from services.stack.cli import stack_app
+from services.verify.cli import verify_command
 
 app = typer.Typer(
     name="tide",
@@ -22,6 +23,7 @@ app.add_typer(connector_app, name="connector")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(capture_ops_app)
 app.add_typer(rebuild_app)
+app.command("verify")(verify_command)
 
 if __name__ == "__main__":
     app()

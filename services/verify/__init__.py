@@ -1,0 +1,243 @@
+"""`tide verify`: reconcile every derived view with PostgreSQL, row by row (docs/verify.md).
+
+Public API (used by the CLI, the end-to-end tests and the benchmarks):
+
+- `verify(settings, ...) -> list[Divergence]`: empty when every view matches;
+- `reconcile_views(settings, ...) -> list[Outcome]`: the same, with row counts per (table, sink).
+
+Where the sinks live (Elasticsearch URL, Redis URL and key prefix, warehouse
+folder, Spark jars) defaults to the local stack's job environment
+(`services.jobs.driver.job_env`) and can be injected, so tests point verify at
+their own aliases, Redis database and temporary warehouse.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from services.jobs.driver import job_env
+from services.settings import StackSettings
+from services.stack import postgres
+from services.verify import readers
+from services.verify.readers import VerifyError
+from services.verify.reconcile import (
+    Canonicaliser,
+    Divergence,
+    Spilled,
+    bucket_count,
+    compare,
+    spill,
+)
+from spark_jobs.config import PipelineConfig, load
+from spark_jobs.pipeline import tables_with_view
+from spark_jobs.settings import SINKS, SinkName
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["Divergence", "Outcome", "Targets", "VerifyError", "reconcile_views", "verify"]
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Where each sink's store is. `from_settings` gives the local stack's (what `tide jobs` writes)."""
+
+    es_url: str
+    redis_url: str
+    warehouse_dir: Path
+    jars_dir: Path
+    redis_prefix: str = ""
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: StackSettings,
+        es_url: str | None = None,
+        redis_url: str | None = None,
+        warehouse_dir: Path | str | None = None,
+        redis_prefix: str | None = None,
+    ) -> Targets:
+        """The local stack's stores (what `tide jobs start` writes), each replaced where given."""
+        env = job_env(settings)
+        return cls(
+            es_url=es_url or env["TIDE_JOB_ELASTICSEARCH_URL"],
+            redis_url=redis_url or env["TIDE_JOB_REDIS_URL"],
+            warehouse_dir=Path(warehouse_dir or env["TIDE_JOB_WAREHOUSE_DIR"]),
+            jars_dir=Path(env["TIDE_JOB_JARS_DIR"]),
+            redis_prefix=redis_prefix or "",
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result for one (table, sink): rows on each side and what disagrees (empty when clean)."""
+
+    table: str
+    sink: SinkName
+    source_rows: int
+    sink_rows: int
+    divergences: tuple[Divergence, ...]
+
+    @property
+    def clean(self) -> bool:
+        return not self.divergences
+
+
+def verify(
+    settings: StackSettings,
+    tables: Iterable[str] | None = None,
+    sinks: Iterable[SinkName] | None = None,
+    warehouse_dir: Path | str | None = None,
+    es_url: str | None = None,
+    redis_url: str | None = None,
+    pipeline: PipelineConfig | None = None,
+    *,
+    redis_prefix: str | None = None,
+    examples: int = 5,
+    spark: SparkSession | None = None,
+) -> list[Divergence]:
+    """Every divergence between PostgreSQL and the selected views; [] when they all match."""
+    outcomes = reconcile_views(
+        settings, tables, sinks, warehouse_dir, es_url, redis_url, pipeline,
+        redis_prefix=redis_prefix, examples=examples, spark=spark,
+    )
+    return [divergence for outcome in outcomes for divergence in outcome.divergences]
+
+
+def reconcile_views(
+    settings: StackSettings,
+    tables: Iterable[str] | None = None,
+    sinks: Iterable[SinkName] | None = None,
+    warehouse_dir: Path | str | None = None,
+    es_url: str | None = None,
+    redis_url: str | None = None,
+    pipeline: PipelineConfig | None = None,
+    *,
+    redis_prefix: str | None = None,
+    examples: int = 5,
+    spark: SparkSession | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+    work_dir: Path | None = None,
+) -> list[Outcome]:
+    """Compare each selected table with each of its selected views, one (table, sink) at a time.
+
+    PostgreSQL is read once per table; each sink is then read and compared against that spill.
+    Raises VerifyError if a table or sink is unknown or a store cannot be read. Rows changed while
+    verify runs may show as divergent: run it when the apply jobs have caught up.
+    """
+    pipeline = pipeline or load(settings.pipeline_file)
+    targets = Targets.from_settings(
+        settings, es_url=es_url, redis_url=redis_url, warehouse_dir=warehouse_dir, redis_prefix=redis_prefix
+    )
+    plan = selection(pipeline, tables, sinks)
+    needs_spark = any("warehouse" in wanted for _, wanted in plan)
+    outcomes: list[Outcome] = []
+    with (
+        _spark(targets, spark, needs_spark) as session,
+        tempfile.TemporaryDirectory(prefix="tideline-verify-", dir=work_dir) as scratch,
+        readers.connect_source(postgres.conninfo(settings)) as conn,
+    ):
+        for table, wanted in plan:
+            shape, estimate = readers.source_shape(conn, pipeline.source.schema_name, table)
+            canon = Canonicaliser(shape)
+            buckets = bucket_count(estimate)
+            source = spill(_source_pairs(conn, canon), Path(scratch) / table / "source", buckets)
+            for sink in wanted:
+                pairs = _sink_pairs(sink, canon, targets, pipeline, session)
+                spilled = spill(pairs, Path(scratch) / table / sink, buckets)
+                outcome = _outcome(table, sink, source, spilled, examples)
+                spilled.remove()
+                outcomes.append(outcome)
+                if on_outcome:
+                    on_outcome(outcome)
+            source.remove()
+    return outcomes
+
+
+def selection(
+    pipeline: PipelineConfig, tables: Iterable[str] | None, sinks: Iterable[SinkName] | None
+) -> list[tuple[str, list[SinkName]]]:
+    """(table, sinks with a view of it) to verify, in pipeline order; unknown names are errors."""
+    # A lone name is one table or sink, not a sequence of letters.
+    chosen_tables = [tables] if isinstance(tables, str) else list(tables or pipeline.tables)
+    chosen_sinks = [sinks] if isinstance(sinks, str) else list(sinks or SINKS)
+    unknown = [table for table in chosen_tables if table not in pipeline.tables]
+    if unknown:
+        raise VerifyError(f"not in the pipeline file: {', '.join(unknown)} (tables: {', '.join(pipeline.tables)})")
+    bad_sinks = [sink for sink in chosen_sinks if sink not in SINKS]
+    if bad_sinks:
+        raise VerifyError(f"unknown sink {', '.join(bad_sinks)}: choose from {', '.join(SINKS)}")
+    plan = []
+    for table in pipeline.tables:
+        if table in chosen_tables:
+            wanted = [sink for sink in chosen_sinks if table in tables_with_view(pipeline, sink)]
+            if wanted:
+                plan.append((table, wanted))
+    if not plan:
+        raise VerifyError("no selected table has a selected view: nothing to verify")
+    return plan
+
+
+def _source_pairs(conn: psycopg.Connection, canon: Canonicaliser) -> Iterator[tuple[str, str]]:
+    for row in readers.source_rows(conn, canon.shape):
+        yield canon.doc_id(row), canon.digest(row)
+
+
+def _sink_pairs(
+    sink: SinkName, canon: Canonicaliser, targets: Targets, pipeline: PipelineConfig, spark: SparkSession | None
+) -> Iterator[tuple[str, str]]:
+    table = canon.shape.table
+    if sink == "search":
+        search = pipeline.tables[table].search
+        alias = (search.index if search else None) or table
+        return ((row_id, canon.digest(row)) for row_id, row in readers.search_rows(targets.es_url, alias))
+    if sink == "cache":
+        rows = readers.cache_rows(targets.redis_url, table, targets.redis_prefix)
+        return ((row_id, canon.digest(row)) for row_id, row in rows)
+    assert spark is not None
+    # The warehouse is keyed by its columns, not by a stored id: the id is derived as for PostgreSQL.
+    rows = readers.warehouse_rows(spark, targets.warehouse_dir / table, canon.shape)
+    return ((_warehouse_id(canon, row), canon.digest(row)) for row in rows)
+
+
+def _warehouse_id(canon: Canonicaliser, row: dict) -> str:
+    missing = [name for name in canon.shape.key if name not in row]
+    if missing:
+        raise VerifyError(f"the warehouse table {canon.shape.table} has no key column {', '.join(missing)}")
+    return canon.doc_id(row)
+
+
+def _outcome(table: str, sink: SinkName, source: Spilled, spilled: Spilled, examples: int) -> Outcome:
+    # Elasticsearch and Redis are keyed by id: a repeat is a scan artefact. A Delta table can hold two rows.
+    tally = compare(source, spilled, examples, unique_ids=sink != "warehouse")
+    return Outcome(table, sink, source.rows, spilled.rows, tuple(tally.divergences(table, sink)))
+
+
+@contextmanager
+def _spark(targets: Targets, given: SparkSession | None, needed: bool) -> Iterator[SparkSession | None]:
+    """A session only when the warehouse is verified; stopped afterwards only if verify started it."""
+    if given is not None or not needed:
+        yield given
+        return
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.session import build_session
+
+    existing = SparkSession.getActiveSession()
+    try:
+        session = existing or build_session("tideline-verify", targets.jars_dir)
+    except FileNotFoundError as exc:
+        raise VerifyError(str(exc)) from exc
+    try:
+        yield session
+    finally:
+        if existing is None:
+            session.stop()
+

@@ -1,0 +1,276 @@
+"""One streaming reader per store for `tide verify`: rows go by in pages, never all at once.
+
+Each reader yields rows as plain dicts of column values (plus the sink's own doc
+id where the store is keyed by one); `reconcile.Canonicaliser` does the typing.
+Readers only undo their store's transport encoding (Redis's JSON field values,
+Delta's JSON text and Spark's timestamps), so that canonicalisation sees the
+same kinds of values from every side.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import psycopg
+import redis
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from services.verify.reconcile import Column, TableShape
+from spark_jobs.sinks.redis import glob_escape, row_key
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column as SparkColumn
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType
+
+Row = dict[str, Any]
+PAGE = 5000  # rows per round trip (cursor fetch, search page)
+REDIS_BATCH = 500  # keys per pipelined HGETALL round trip
+PIT_KEEP_ALIVE = "5m"  # between two pages, not for the whole scan
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class VerifyError(Exception):
+    """A store cannot be read (unreachable, refused the query, or not what verify expects). The
+    message names the store and the problem; nothing was compared for that table and sink."""
+
+
+# ---- PostgreSQL ---------------------------------------------------------------------------------
+
+_RELATION = """
+SELECT c.oid, c.reltuples::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
+"""
+# Domains resolve to their base type; arrays name their element type. typmod carries NUMERIC's scale.
+_COLUMNS = """
+SELECT a.attname, t.typname, t.typcategory = 'A' AND t.typelem <> 0, elem.typname,
+       CASE WHEN declared.typtype = 'd' THEN declared.typtypmod ELSE a.atttypmod END
+FROM pg_attribute a
+JOIN pg_type declared ON declared.oid = a.atttypid
+JOIN pg_type t ON t.oid = CASE WHEN declared.typtype = 'd' THEN declared.typbasetype ELSE declared.oid END
+LEFT JOIN pg_type elem ON elem.oid = t.typelem
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+_PRIMARY_KEY = """
+SELECT a.attname FROM pg_index i
+CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, position)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %s AND i.indisprimary
+ORDER BY k.position
+"""
+
+
+def numeric_scale(typmod: int) -> int | None:
+    """NUMERIC(p, s)'s s from the type modifier (-1 = unconstrained); s may be negative since PG 15."""
+    if typmod < 4:
+        return None
+    return (((typmod - 4) & 0x7FF) ^ 1024) - 1024
+
+
+def source_shape(conn: psycopg.Connection, schema: str, table: str) -> tuple[TableShape, int]:
+    """The table's columns and primary key from the catalogue, and its estimated row count."""
+    found = conn.execute(_RELATION, (schema, table)).fetchone()
+    if found is None:
+        raise VerifyError(f"PostgreSQL has no table {schema}.{table}: run `tide db migrate` or fix pipeline.yaml")
+    oid, estimate = found
+    columns = []
+    for name, type_name, is_array, element, typmod in conn.execute(_COLUMNS, (oid,)).fetchall():
+        kind = element if is_array else type_name
+        columns.append(Column(name, kind, is_array, numeric_scale(typmod) if kind == "numeric" else None))
+    key = tuple(name for (name,) in conn.execute(_PRIMARY_KEY, (oid,)).fetchall())
+    conn.commit()
+    if not key:
+        raise VerifyError(f"{schema}.{table} has no primary key: views are keyed by it")
+    return TableShape(schema, table, tuple(columns), key), max(estimate, 0)
+
+
+def source_rows(conn: psycopg.Connection, shape: TableShape) -> Iterator[Row]:
+    """Every row, through a server-side cursor (PAGE rows per fetch), in one read-only snapshot.
+
+    Runs in the connection's transaction, which is committed at the end; the caller must consume it.
+    """
+    query = sql.SQL("SELECT {} FROM {}.{}").format(
+        sql.SQL(", ").join(sql.Identifier(name) for name in shape.column_names),
+        sql.Identifier(shape.schema),
+        sql.Identifier(shape.table),
+    )
+    with conn.cursor(name=f"tideline_verify_{shape.table}", row_factory=dict_row) as cursor:
+        cursor.itersize = PAGE
+        cursor.execute(query)
+        yield from cursor
+    conn.commit()
+
+
+def connect_source(conninfo: str) -> psycopg.Connection:
+    try:
+        conn = psycopg.connect(conninfo)
+    except psycopg.OperationalError as exc:
+        raise VerifyError(f"cannot reach PostgreSQL: {str(exc).strip().splitlines()[0]}") from exc
+    # One consistent snapshot per table read, and no chance of writing to the source of truth.
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+    return conn
+
+
+# ---- Elasticsearch ------------------------------------------------------------------------------
+
+
+def search_rows(url: str, alias: str) -> Iterator[tuple[str, Row]]:
+    """(_id, _source) of every document behind `alias`: refreshed, then a point in time paged with
+    search_after on `_shard_doc` (no deep from/size, no scroll contexts). A missing alias yields nothing."""
+    with httpx.Client(base_url=url, timeout=120) as http:
+        # The sink does not force refreshes: without one, rows written in the last second are "missing".
+        if _es(http, "POST", f"/{alias}/_refresh", missing_ok=True) is None:
+            return
+        opened = _es(http, "POST", f"/{alias}/_pit", params={"keep_alive": PIT_KEEP_ALIVE}, missing_ok=True)
+        if opened is None:
+            return
+        pit = opened["id"]
+        try:
+            yield from _pages(http, pit)
+        finally:
+            _es(http, "DELETE", "/_pit", json={"id": pit}, missing_ok=True)
+
+
+def _pages(http: httpx.Client, pit: str) -> Iterator[tuple[str, Row]]:
+    after: list[Any] | None = None
+    while True:
+        body: dict[str, Any] = {
+            "size": PAGE,
+            "pit": {"id": pit, "keep_alive": PIT_KEEP_ALIVE},
+            "sort": ["_shard_doc"],
+            "track_total_hits": False,
+        }
+        if after is not None:
+            body["search_after"] = after
+        page = _es(http, "POST", "/_search", json=body)
+        pit = page.get("pit_id", pit)
+        hits = page["hits"]["hits"]
+        if not hits:
+            return
+        for hit in hits:
+            yield hit["_id"], hit.get("_source") or {}
+        after = hits[-1]["sort"]
+
+
+def _es(http: httpx.Client, method: str, path: str, missing_ok: bool = False, **kwargs: Any) -> Any:
+    try:
+        response = http.request(method, path, **kwargs)
+    except httpx.HTTPError as exc:
+        raise VerifyError(f"cannot reach Elasticsearch at {http.base_url}: {exc}") from exc
+    if response.status_code == 404 and missing_ok:
+        return None
+    if response.is_error:
+        raise VerifyError(f"Elasticsearch {method} {path} answered {response.status_code}: {response.text[:300]}")
+    return response.json()
+
+
+# ---- Redis ----------------------------------------------------------------------------------------
+
+
+def cache_rows(url: str, table: str, key_prefix: str = "") -> Iterator[tuple[str, Row]]:
+    """(doc id, decoded hash) of every `<prefix><table>:<id>` hash: SCAN (which may return a key
+    twice; the comparison skips repeats) and HGETALL pipelined REDIS_BATCH keys per round trip."""
+    prefix = row_key(table, "", key_prefix)
+    try:
+        with redis.Redis.from_url(url) as client:
+            batch: list[bytes] = []
+            for key in client.scan_iter(match=glob_escape(prefix) + "*", count=1000, _type="HASH"):
+                batch.append(key)
+                if len(batch) >= REDIS_BATCH:
+                    yield from _hashes(client, batch, len(prefix))
+                    batch = []
+            yield from _hashes(client, batch, len(prefix))
+    except redis.RedisError as exc:
+        raise VerifyError(f"cannot read Redis at {url}: {exc}") from exc
+
+
+def _hashes(client: redis.Redis, keys: list[bytes], prefix_length: int) -> Iterator[tuple[str, Row]]:
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.hgetall(key)
+    for key, fields in zip(keys, pipe.execute()):
+        if fields:  # empty: deleted between SCAN and HGETALL
+            yield key.decode("utf-8", "surrogateescape")[prefix_length:], decode_hash(fields)
+
+
+def decode_hash(fields: dict[bytes, bytes]) -> Row:
+    """Field values are JSON text; one that is not stays as its raw text, so the row compares different."""
+    row: Row = {}
+    for name, value in fields.items():
+        text = value.decode("utf-8", "surrogateescape")
+        try:
+            row[name.decode("utf-8", "surrogateescape")] = json.loads(text)
+        except ValueError:
+            row[name.decode("utf-8", "surrogateescape")] = "\x00not json: " + text[:200]
+    return row
+
+
+# ---- Delta Lake ------------------------------------------------------------------------------------
+
+
+def warehouse_rows(spark: SparkSession, path: Path, shape: TableShape) -> Iterator[Row]:
+    """Every row of the Delta table at `path` (the current state), streamed to the driver one
+    partition at a time with toLocalIterator. No table there yields nothing."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, str(path)):
+        return
+    frame = spark.read.format("delta").load(str(path))
+    types = {item.name: item.dataType for item in frame.schema.fields}
+    wanted = [column for column in shape.columns if column.name in types]
+    selected = frame.select(*(_transport(column.name, types[column.name]) for column in wanted))
+    decoders = [(column.name, _decoder(column, types[column.name])) for column in wanted]
+    for record in selected.toLocalIterator(prefetchPartitions=True):
+        yield {name: decode(record[name]) for name, decode in decoders}
+
+
+def _transport(name: str, data_type: DataType) -> SparkColumn:
+    """Timestamps leave Spark as epoch microseconds: PySpark would turn them into naive datetimes
+    in the Python process's local zone, which is neither exact nor the session's UTC."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, TimestampType
+
+    column = F.col(f"`{name}`")
+    if isinstance(data_type, TimestampType):
+        return F.unix_micros(column).alias(name)
+    if isinstance(data_type, ArrayType) and isinstance(data_type.elementType, TimestampType):
+        return F.transform(column, F.unix_micros).alias(name)
+    return column
+
+
+def _decoder(column: Column, data_type: DataType) -> Any:
+    from pyspark.sql.types import ArrayType, StringType, TimestampType
+
+    element = data_type.elementType if isinstance(data_type, ArrayType) else data_type
+    if isinstance(element, TimestampType):
+        return lambda value: _map(value, _from_micros)
+    if column.type in ("json", "jsonb") and isinstance(element, StringType):
+        return lambda value: _map(value, _parse_json)  # the warehouse keeps jsonb as JSON text
+    return lambda value: value
+
+
+def _map(value: Any, convert: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_map(item, convert) for item in value]
+    return convert(value)
+
+
+def _from_micros(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def _parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return "\x00not json: " + text[:200]
