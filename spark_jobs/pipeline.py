@@ -26,7 +26,7 @@ from spark_jobs import dead_letters
 from spark_jobs.changes import Change, DecodeError, decode
 from spark_jobs.config import PipelineConfig
 from spark_jobs.dead_letters import DeadLetter
-from spark_jobs.merge import group_key, newer
+from spark_jobs.merge import newest_per_row
 from spark_jobs.settings import JobSettings, SinkName
 from spark_jobs.sinks.base import BatchSink, PartitionSink, Rejected
 
@@ -110,13 +110,11 @@ class BatchWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         bootstrap, dlq_topic, tables = self.settings.kafka_bootstrap, self.settings.dlq_topic, self.tables
-        newest = (
-            batch.rdd.mapPartitions(lambda rows: decode_partition(rows, bootstrap, dlq_topic, tables))
-            .map(lambda change: (group_key(change), change))
-            .reduceByKey(newer)
-            .values()
-            .persist()
-        )
+        # No shuffle: Debezium keys records by primary key, so every change to a row is in one
+        # Kafka partition, hence in one Spark partition; the newest per row is found locally.
+        newest = batch.rdd.mapPartitions(
+            lambda rows: newest_per_row(decode_partition(rows, bootstrap, dlq_topic, tables))
+        ).persist()
         try:
             # Truncates first, from the driver (a handful per batch): a row change applied
             # concurrently in another partition must already see the raised watermark.
@@ -157,6 +155,7 @@ def build_query(
     """
     writer = BatchWriter(sink, settings, pipeline, instance)
     writer.sink.setup(pipeline)
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", sink)  # the query's jobs run in its own pool
     topics = [pipeline.topic(table) for table in writer.tables]
     stream = (
         source(spark, settings, topics)
@@ -175,6 +174,20 @@ class _Supervised:
     backoff: float = 1.0
     started_at: float = 0.0
     last_error: str | None = None
+    logged_batch: int = -1
+
+
+def _log_progress(sink: str, state: _Supervised) -> None:
+    """One line per finished micro-batch: rows, duration and where the time went."""
+    progress = state.query.lastProgress if state.query else None
+    if progress and progress["batchId"] != state.logged_batch:
+        state.logged_batch = progress["batchId"]
+        durations = progress.get("durationMs", {})
+        log.info(
+            "%s batch %s: %s rows in %s ms (add batch %s ms)",
+            sink, progress["batchId"], progress.get("numInputRows"),
+            durations.get("triggerExecution"), durations.get("addBatch"),
+        )
 
 
 def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, max_backoff_s: float = 30.0) -> None:
@@ -185,6 +198,7 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
         now = time.monotonic()
         for sink, state in supervised.items():
             if state.query is not None and state.query.isActive:
+                _log_progress(sink, state)
                 if now - state.started_at > max_backoff_s:
                     state.backoff = 1.0  # healthy for a while: the next failure retries quickly again
                 continue

@@ -41,7 +41,13 @@ def build_session(
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.driver.memory", driver_memory)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.default.parallelism", str(shuffle_partitions))
+        # Delta reads its log with 50 tasks by default: pure overhead on small local tables.
+        .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.ui.enabled", "false")
+        # Each sink's query runs in its own scheduler pool: a heavy Delta MERGE must not queue
+        # the cache's tasks behind it (FIFO would), so a slow sink never holds back the others.
+        .config("spark.scheduler.mode", "FAIR")
         .config("spark.sql.session.timeZone", "UTC")
     )
     if master:
