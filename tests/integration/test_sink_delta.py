@@ -1,0 +1,220 @@
+"""The Delta Lake warehouse sink on real Spark + Delta (local files): MERGE guard, deletes, TOAST,
+truncates, schema evolution, type conflicts, composite keys, replays that commit nothing."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from services.settings import StackSettings
+from services.stack import jars
+from spark_jobs.changes import Change, ColumnType, decode
+from spark_jobs.config import PipelineConfig, TableConfig, WarehouseView
+from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
+from spark_jobs.sinks.delta import DeltaSink
+
+pytestmark = pytest.mark.stack
+
+FIXTURES = Path(__file__).parent.parent / "unit" / "fixtures" / "debezium_records.json"
+RECORDS = {r["name"]: r for r in json.loads(FIXTURES.read_text())}
+WAREHOUSE_TABLES = ("products", "order_items", "kinds", "customers", "orders")
+PIPELINE = PipelineConfig(tables={name: TableConfig(warehouse=WarehouseView()) for name in WAREHOUSE_TABLES})
+
+PRODUCT_TYPES = {
+    "id": ColumnType("INT8", 19, 0), "name": ColumnType("TEXT"), "description": ColumnType("TEXT"),
+    "price": ColumnType("NUMERIC", 12, 2), "tags": ColumnType("_TEXT"), "attributes": ColumnType("JSONB"),
+    "updated_at": ColumnType("TIMESTAMPTZ", 35, 6),
+}
+ITEM_TYPES = {"order_id": ColumnType("INT8"), "line_no": ColumnType("INT4"), "quantity": ColumnType("INT4")}
+WHEN = datetime(2026, 3, 29, 1, 30, 15, 123456, tzinfo=UTC)
+
+
+def record(name: str) -> Change:
+    r = RECORDS[name]
+    return decode(r["topic"], r["key"].encode() if r["key"] else None, r["value"].encode() if r["value"] else None)
+
+
+def product(seq, key=1, op="u", unavailable=(), **values) -> Change:
+    after = None
+    if op != "d":
+        after = {"id": key, "name": f"v{seq}", "description": f"text {seq}", "price": Decimal("1.00"),
+                 "tags": ["a"], "attributes": {"v": list(seq)}, "updated_at": WHEN, **values}
+        after = {column: value for column, value in after.items() if column not in unavailable}
+    types = {**PRODUCT_TYPES, **{c: ColumnType("TEXT") for c in values if c not in PRODUCT_TYPES}}
+    return change("products", seq, op, {"id": key}, after, types, unavailable)
+
+
+def item(seq, order_id, line_no, op="u", quantity=1, types=ITEM_TYPES) -> Change:
+    key = {"order_id": order_id, "line_no": line_no}
+    return change("order_items", seq, op, key, None if op == "d" else {**key, "quantity": quantity}, types)
+
+
+def change(table, seq, op, key, after, columns, unavailable=()) -> Change:
+    return Change(
+        table=table, op=op, key=key if op != "t" else {}, before=None, after=after, sequence=seq, lsn=seq[1],
+        tx_id=None, commit_ts_ms=1_774_747_815_000, snapshot=None, unavailable=frozenset(unavailable), columns=columns,
+    )
+
+
+@pytest.fixture(scope="module")
+def spark(stack_settings: StackSettings):
+    from spark_jobs.session import build_session
+
+    session = build_session("tideline-test-delta", jars.ensure(stack_settings, "spark"))
+    # Delta rebuilds table state with 50 tasks by default: far too many for tiny tables on 2 cores.
+    session.conf.set("spark.databricks.delta.snapshotPartitions", "2")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def sink(tmp_path_factory: pytest.TempPathFactory, spark) -> DeltaSink:
+    sink = DeltaSink(str(tmp_path_factory.mktemp("warehouse")), PIPELINE)
+    sink.setup(PIPELINE)
+    return sink
+
+
+def write(spark, sink: DeltaSink, changes: list[Change], batch_id: int = 0):
+    return sink.write_batch(spark, spark.sparkContext.parallelize(changes, 2), batch_id)
+
+
+def rows(spark, sink: DeltaSink, table: str, *extra: str) -> dict:
+    """The table's rows by primary key (one column or a tuple), with `extra` SQL expressions appended."""
+    frame = spark.read.format("delta").load(sink.path(table))
+    keys = ["order_id", "line_no"] if table == "order_items" else ["id"]
+    found = {}
+    for row in frame.selectExpr("*", *extra).collect():
+        found[tuple(row[k] for k in keys) if len(keys) > 1 else row[keys[0]]] = row.asDict()
+    return found
+
+
+def versions(spark, *paths: str) -> list[int]:
+    from delta.tables import DeltaTable
+
+    return [DeltaTable.forPath(spark, path).history(1).collect()[0]["version"] for path in paths]
+
+
+def test_real_records_insert_update_delete_truncate_with_exact_types(spark, sink):
+    batch = [record(n) for n in ("customers_snapshot", "orders_update", "products_insert")]
+    assert write(spark, sink, batch) == []
+    product_row = rows(spark, sink, "products", "unix_micros(updated_at) AS updated_us")[1]
+    inserted = batch[2].after
+    assert product_row["price"] == Decimal("12.50") and str(product_row["price"]) == "12.50"
+    assert product_row["tags"] == ["kitchen", "blue"]
+    assert json.loads(product_row["attributes"]) == {"color": "blue", "dims": {"h": 10}}
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert product_row["updated_us"] == (inserted["updated_at"] - epoch) // timedelta(microseconds=1)
+    assert (product_row[VERSION_MAJOR], product_row[VERSION_MINOR]) == batch[2].sequence
+    assert rows(spark, sink, "orders")[1]["status"] == "paid"  # an enum is its label
+    assert rows(spark, sink, "customers")[2]["email"] == "b@x.io"
+    schema = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(sink.path("products")).schema}
+    assert (schema["price"], schema["updated_at"], schema[COMMIT_TS]) == ("decimal(12,2)", "timestamp", "timestamp")
+
+    delete, truncate = record("order_items_delete"), record("order_items_truncate")
+    write(spark, sink, [item((1, 1), 1, 1), item((1, 2), 1, 2), item((1, 3), 2, 1)], 1)
+    assert write(spark, sink, [delete], 2) == []
+    assert set(rows(spark, sink, "order_items")) == {(1, 2), (2, 1)}
+    assert write(spark, sink, [truncate], 3) == []
+    assert rows(spark, sink, "order_items") == {}
+
+
+def test_every_source_type_maps_to_its_spark_type(spark, sink):
+    types = {
+        "id": ColumnType("INT4"), "small": ColumnType("INT2"), "ratio": ColumnType("FLOAT4"),
+        "score": ColumnType("FLOAT8"), "flag": ColumnType("BOOL"), "local_at": ColumnType("TIMESTAMP"),
+        "day": ColumnType("DATE"), "raw": ColumnType("BYTEA"), "uid": ColumnType("UUID"),
+        "status": ColumnType("ORDER_STATUS"), "huge": ColumnType("NUMERIC", 131089, 0),
+        "amounts": ColumnType("_NUMERIC", 10, 2), "doc": ColumnType("JSONB"), "code": ColumnType("BPCHAR", 2),
+    }
+    after = {
+        "id": 1, "small": 7, "ratio": 0.5, "score": 2.25, "flag": True, "local_at": datetime(2026, 1, 2, 3, 4, 5),
+        "day": date(2026, 1, 2), "raw": b"\x00\xff", "uid": "6f1c8f8e-1d2b-4c3a-9e4f-1a2b3c4d5e6f", "status": "paid",
+        "huge": Decimal("123456789012345678901234567890123456789012.5"), "amounts": ["1.50", None], "doc": "just text",
+        "code": "FR",
+    }
+    assert write(spark, sink, [change("kinds", (1, 1), "c", {"id": 1}, after, types)]) == []
+    schema = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(sink.path("kinds")).schema}
+    assert {c: schema[c] for c in types} == {
+        "id": "int", "small": "smallint", "ratio": "float", "score": "double", "flag": "boolean",
+        "local_at": "timestamp_ntz", "day": "date", "raw": "binary", "uid": "string", "status": "string",
+        "huge": "string", "amounts": "array<decimal(10,2)>", "doc": "string", "code": "string",
+    }
+    row = rows(spark, sink, "kinds")[1]
+    assert row["local_at"] == datetime(2026, 1, 2, 3, 4, 5) and row["raw"] == bytearray(b"\x00\xff")
+    assert row["huge"] == "123456789012345678901234567890123456789012.5"
+    assert row["amounts"] == [Decimal("1.50"), None]
+    assert row["doc"] == '"just text"', "a JSON string scalar keeps its quotes: the column holds JSON text"
+
+
+def test_older_change_after_newer_is_ignored_and_a_replayed_batch_commits_nothing(spark, sink):
+    write(spark, sink, [product((5, 1), key=1), product((5, 2), key=2), product((5, 3), key=3, op="d")], 0)
+    write(spark, sink, [product((4, 9), key=1, name="older"), product((5, 2), key=2)], 1)
+    assert rows(spark, sink, "products")[1]["name"] == "v(5, 1)"
+
+    batch = [product((6, 1), key=1), product((6, 2), key=2, op="d"), product((6, 3), key=4)]
+    write(spark, sink, batch, 2)
+    paths = (sink.path("products"), sink.tombstones_path, sink.truncates_path)
+    before, held = rows(spark, sink, "products"), versions(spark, *paths)
+    assert write(spark, sink, batch, 2) == []
+    assert rows(spark, sink, "products") == before and set(before) == {1, 4}
+    assert versions(spark, *paths) == held, "a replay must not add commits to any table"
+
+
+def test_a_deleted_row_is_not_resurrected_by_a_late_older_upsert(spark, sink):
+    write(spark, sink, [product((1, 1), key=1)], 0)
+    write(spark, sink, [product((3, 0), key=1, op="d"), product((3, 1), key=2, op="d")], 1)
+    write(spark, sink, [product((2, 0), key=1), product((2, 5), key=2)], 2)
+    assert rows(spark, sink, "products") == {}
+    tombstones = spark.read.format("delta").load(sink.tombstones_path).collect()
+    assert {(t["doc_id"], t["major"], t["minor"]) for t in tombstones} == {("1", 3, 0), ("2", 3, 1)}
+    write(spark, sink, [product((4, 0), key=1)], 3)  # a newer re-insert is a new life of the row
+    assert set(rows(spark, sink, "products")) == {1}
+
+
+def test_unchanged_toast_column_keeps_the_stored_value(spark, sink):
+    write(spark, sink, [product((1, 1), description="x" * 20_000)], 0)
+    write(spark, sink, [product((2, 1), unavailable={"description"}, price=Decimal("9.99"))], 1)
+    row = rows(spark, sink, "products")[1]
+    assert row["description"] == "x" * 20_000 and row["price"] == Decimal("9.99") and row["name"] == "v(2, 1)"
+
+
+def test_truncate_removes_rows_below_the_watermark_and_keeps_later_ones(spark, sink):
+    write(spark, sink, [item((1, 1), 1, 1), item((1, 2), 1, 2), item((9, 1), 3, 1)], 0)
+    truncate = change("order_items", (5, 0), "t", {}, None, ITEM_TYPES)
+    assert write(spark, sink, [truncate], 1) == []
+    assert write(spark, sink, [item((6, 0), 2, 1), item((4, 9), 2, 2)], 1) == []
+    assert set(rows(spark, sink, "order_items")) == {(3, 1), (2, 1)}
+    write(spark, sink, [item((3, 0), 1, 1, quantity=5), change("order_items", (2, 0), "t", {}, None, ITEM_TYPES)], 2)
+    assert set(rows(spark, sink, "order_items")) == {(3, 1), (2, 1)}, "older upsert and older truncate change nothing"
+
+
+def test_composite_key_rows_are_merged_per_key(spark, sink):
+    write(spark, sink, [item((1, 1), 1, 1), item((1, 2), 1, 2), item((1, 3), 2, 1)], 0)
+    write(spark, sink, [item((2, 1), 1, 2, quantity=7), item((2, 2), 1, 1, op="d")], 1)
+    found = rows(spark, sink, "order_items")
+    assert set(found) == {(1, 2), (2, 1)} and found[(1, 2)]["quantity"] == 7 and found[(2, 1)]["quantity"] == 1
+
+
+def test_a_column_added_at_the_source_appears_and_older_rows_read_null(spark, sink):
+    write(spark, sink, [product((1, 1), key=1)], 0)
+    write(spark, sink, [product((2, 1), key=2, color="blue")], 1)
+    found = rows(spark, sink, "products")
+    assert found[2]["color"] == "blue" and found[1]["color"] is None
+
+
+def test_incompatible_type_change_is_rejected_and_the_rest_applies_while_widening_applies(spark, sink):
+    write(spark, sink, [item((1, 1), 1, 1), item((1, 2), 1, 2)], 0)
+    as_text = item((2, 1), 1, 1, quantity="many", types={**ITEM_TYPES, "quantity": ColumnType("TEXT")})
+    as_bigint = item((2, 2), 1, 2, quantity=2**40, types={**ITEM_TYPES, "quantity": ColumnType("INT8")})
+    rejected = write(spark, sink, [as_text, as_bigint, item((2, 3), 2, 1)], 1)
+    assert [r.change for r in rejected] == [as_text]
+    reason = rejected[0].reason
+    assert "order_items.quantity" in reason and "bigint" in reason and "string" in reason, reason
+    found = rows(spark, sink, "order_items")
+    assert found[(1, 1)]["quantity"] == 1 and found[(1, 2)]["quantity"] == 2**40 and (2, 1) in found
+    quantity = spark.read.format("delta").load(sink.path("order_items")).schema["quantity"]
+    assert quantity.dataType.simpleString() == "bigint"
