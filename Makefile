@@ -14,6 +14,7 @@ run: setup
 	$(TIDE) stack up
 	$(TIDE) db migrate
 	$(TIDE) connector apply
+	$(TIDE) jobs start
 
 test: setup
 	$(VENV)/bin/pytest

@@ -109,6 +109,7 @@ class BatchWriter:
         self.tables = frozenset(tables_with_view(pipeline, sink_name))
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self._wait_for_sink(batch_id)
         bootstrap, dlq_topic, tables = self.settings.kafka_bootstrap, self.settings.dlq_topic, self.tables
         # No shuffle: Debezium keys records by primary key, so every change to a row is in one
         # Kafka partition, hence in one Spark partition; the newest per row is found locally.
@@ -123,6 +124,17 @@ class BatchWriter:
             self._apply(batch.sparkSession, truncates, rows, batch_id)
         finally:
             newest.unpersist()
+
+    def _wait_for_sink(self, batch_id: int, max_backoff_s: float = 30.0) -> None:
+        """Hold this query (only this one) until its store answers. Launching tasks against a store
+        that is down would fail the job, and aborted tasks can take down Python workers and py4j
+        calls that other queries share: measured with Elasticsearch stopped, it stopped Redis too."""
+        available = getattr(self.sink, "available", None)
+        delay = 1.0
+        while available is not None and not available():
+            log.warning("%s store unavailable; batch %s waits %.0fs", self.sink_name, batch_id, delay)
+            time.sleep(delay)  # back-off while the store is down
+            delay = min(delay * 2, max_backoff_s)
 
     def _apply(self, spark: SparkSession, truncates: list[Change], rows: Any, batch_id: int) -> None:
         sink, sink_name, bootstrap, dlq = self.sink, self.sink_name, self.settings.kafka_bootstrap, self.settings.dlq_topic
@@ -163,7 +175,8 @@ def build_query(
         .foreachBatch(writer)
         .option("checkpointLocation", str(checkpoint or settings.checkpoint_dir / sink))
     )
-    trigger = {"availableNow": True} if available_now else {"processingTime": settings.trigger_interval}
+    interval = settings.warehouse_trigger_interval if sink == "warehouse" else settings.trigger_interval
+    trigger = {"availableNow": True} if available_now else {"processingTime": interval}
     return stream.trigger(**trigger).start()
 
 

@@ -27,7 +27,7 @@ def build_session(
     *,
     master: str | None = "local[2]",
     driver_memory: str = "1g",
-    shuffle_partitions: int = 4,
+    shuffle_partitions: int = 2,
 ) -> SparkSession:
     """A session with the Kafka source and Delta Lake on the classpath.
 

@@ -38,6 +38,9 @@ class JobSettings(BaseSettings):
     sinks: list[SinkName] = list(SINKS)
     # Back-pressure: how often a micro-batch starts and how many records it may take.
     trigger_interval: Annotated[str, Field(pattern=r"^\d+ (milliseconds|seconds|minutes)$")] = "2 seconds"
+    # Delta pays a fixed cost per MERGE (several Spark jobs per table), so the warehouse runs
+    # fewer, larger batches; search and cache keep the short interval.
+    warehouse_trigger_interval: Annotated[str, Field(pattern=r"^\d+ (milliseconds|seconds|minutes)$")] = "10 seconds"
     max_offsets_per_trigger: int = Field(default=20_000, ge=1)
     # None = let spark-submit's --master decide (cluster runs); local[2] for the local stack.
     master: str | None = "local[2]"

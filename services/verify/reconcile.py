@@ -37,7 +37,6 @@ Kind = Literal["missing", "extra", "different", "duplicate"]
 KINDS: tuple[Kind, ...] = ("missing", "extra", "different", "duplicate")
 
 # A column the sink's row does not have at all (distinct from NULL). PostgreSQL text cannot hold NUL.
-ABSENT = "\x00absent"
 # Decimal arithmetic with room for any NUMERIC (up to 131072 digits before the point).
 _EXACT = Context(prec=200_000, Emax=1_000_000, Emin=-1_000_000)
 # Aim for about this many source rows per bucket: a bucket's dict then takes a few MB.
@@ -254,8 +253,12 @@ class Canonicaliser:
         object.__setattr__(self, "_canons", canons)
 
     def row(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """The source columns only: `tl_*` metadata and any other sink-side field are left out."""
-        return {name: canon(row[name]) if name in row else ABSENT for name, canon in self._canons}
+        """The source columns only: `tl_*` metadata and any other sink-side field are left out.
+
+        A column the sink's row lacks counts as NULL: `ALTER TABLE ... ADD COLUMN` emits no change
+        events, so rows untouched since then carry no field for it, and PostgreSQL reads NULL too.
+        """
+        return {name: canon(row[name]) if name in row else None for name, canon in self._canons}
 
     def digest(self, row: Mapping[str, Any]) -> str:
         return content_hash(self.row(row))

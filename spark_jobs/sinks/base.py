@@ -55,6 +55,10 @@ class PartitionSink(Protocol):
     def write(self, changes: Sequence[Change]) -> list[Rejected]:
         """Called on an executor with one partition's changes (newest per row). Idempotent, version-guarded."""
 
+    def available(self) -> bool:
+        """Called on the driver before each batch: False makes that query wait (with back-off) instead
+        of launching tasks that would fail. An outage then never aborts Spark jobs shared with others."""
+
 
 class BatchSink(Protocol):
     """A sink written per micro-batch from the driver with Spark operations (Delta Lake MERGE)."""

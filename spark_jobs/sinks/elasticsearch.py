@@ -274,6 +274,14 @@ class ElasticsearchSink:
         # Retrying a bulk after a timeout is safe: a write that did land makes the retry a 409, re-read.
         return Elasticsearch(self.url, request_timeout=60, max_retries=3, retry_on_timeout=True)
 
+    def available(self) -> bool:
+        """Whether the cluster answers and is at least yellow (checked on the driver before a batch)."""
+        try:
+            with Elasticsearch(self.url, request_timeout=5, max_retries=0) as es:
+                return es.cluster.health(timeout="5s")["status"] in ("yellow", "green")
+        except Exception:  # noqa: BLE001 - any failure means "not now"
+            return False
+
     def _settings(self) -> dict[str, Any]:
         return {"number_of_shards": self.shards, "number_of_replicas": self.replicas}
 

@@ -188,6 +188,14 @@ class RedisSink:
         self.scan_count = scan_count
         self.tables = frozenset(table for table, views in pipeline.tables.items() if views.cache is not None)
 
+    def available(self) -> bool:
+        """Whether Redis answers (checked on the driver before a batch)."""
+        try:
+            with redis.Redis.from_url(self.url, socket_connect_timeout=5, socket_timeout=5) as client:
+                return bool(client.ping())
+        except redis.RedisError:
+            return False
+
     def setup(self, pipeline: PipelineConfig) -> None:
         """Load the scripts (idempotent). `write` reloads them too if the server lost them."""
         with redis.Redis.from_url(self.url) as client:
