@@ -31,7 +31,8 @@ def _pick(conn: psycopg.Connection, rnd: random.Random, sql: str) -> int | None:
 def new_customer(conn: psycopg.Connection, rnd: random.Random) -> str:
     name = "".join(rnd.choices(string.ascii_lowercase, k=8)).title()
     conn.execute(
-        "INSERT INTO customers (email, name, country) VALUES (%s, %s, %s)",
+        # A seed replayed against the same database repeats emails: a duplicate sign-up is skipped.
+        "INSERT INTO customers (email, name, country) VALUES (%s, %s, %s) ON CONFLICT (email) DO NOTHING",
         (f"{name.lower()}.{rnd.getrandbits(40):x}@example.com", name, rnd.choice(["GB", "FR", "DE", "US", "JP"])),
     )
     return "new customer"
@@ -48,7 +49,7 @@ def rename_customer(conn: psycopg.Connection, rnd: random.Random) -> str | None:
 def new_product(conn: psycopg.Connection, rnd: random.Random) -> str:
     conn.execute(
         f"INSERT INTO products (sku, name, description, price, tags, attributes) "
-        f"VALUES (%s, %s, {DESCRIPTION_SQL}, %s, %s, %s)",
+        f"VALUES (%s, %s, {DESCRIPTION_SQL}, %s, %s, %s) ON CONFLICT (sku) DO NOTHING",
         (
             f"SKU-{rnd.getrandbits(48):012x}",
             f"Product {rnd.getrandbits(16)}",
