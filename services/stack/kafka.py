@@ -55,12 +55,9 @@ def prepare_broker(settings: StackSettings) -> None:
     if (data / "meta.properties").is_file():
         return
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    argv = jvm.command(
-        heap="256m",
-        classpath=[jars.classpath(settings, "kafka")],
-        main="kafka.tools.StorageTool",
-        props=_log_props(settings, KAFKA_ASSETS),
-        args=["format", "-t", cluster_id, "-c", str(config), "--ignore-formatted"],
+    argv = _kafka_java(
+        settings, "256m", "kafka.tools.StorageTool", KAFKA_ASSETS,
+        ["format", "-t", cluster_id, "-c", str(config), "--ignore-formatted"],
     )
     result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
@@ -68,14 +65,19 @@ def prepare_broker(settings: StackSettings) -> None:
         raise StackError(f"formatting Kafka storage in {data} failed: {last}")
 
 
-def broker_command(settings: StackSettings) -> list[str]:
+def _kafka_java(settings: StackSettings, heap: str, main: str, assets: Path, args: list[str]) -> list[str]:
+    """A java argv on the Kafka classpath (broker, storage tool and Connect share it) with file logging."""
     return jvm.command(
-        heap=settings.kafka_heap,
+        heap=heap,
         classpath=[jars.classpath(settings, "kafka")],
-        main="kafka.Kafka",
-        props=_log_props(settings, KAFKA_ASSETS),
-        args=[str(_broker_config(settings))],
+        main=main,
+        props=_log_props(settings, assets),
+        args=args,
     )
+
+
+def broker_command(settings: StackSettings) -> list[str]:
+    return _kafka_java(settings, settings.kafka_heap, "kafka.Kafka", KAFKA_ASSETS, [str(_broker_config(settings))])
 
 
 def probe_broker(settings: StackSettings) -> str:
@@ -122,12 +124,12 @@ def connect_env(settings: StackSettings) -> dict[str, str]:
 
 
 def connect_command(settings: StackSettings) -> list[str]:
-    return jvm.command(
-        heap=settings.connect_heap,
-        classpath=[jars.classpath(settings, "kafka")],
-        main="org.apache.kafka.connect.cli.ConnectDistributed",
-        props=_log_props(settings, CONNECT_ASSETS),
-        args=[str(_connect_config(settings))],
+    return _kafka_java(
+        settings,
+        settings.connect_heap,
+        "org.apache.kafka.connect.cli.ConnectDistributed",
+        CONNECT_ASSETS,
+        [str(_connect_config(settings))],
     )
 
 
