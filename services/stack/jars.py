@@ -74,8 +74,12 @@ def classpath(settings: StackSettings, name: str) -> str:
 
 def ensure(settings: StackSettings, name: str) -> Path:
     """Resolve one bundle unless the same versions were resolved before. Returns its folder."""
-    bundle = BUNDLES[name]
-    target = bundle_dir(settings, name)
+    return resolve(settings, BUNDLES[name])
+
+
+def resolve(settings: StackSettings, bundle: JarBundle) -> Path:
+    name = bundle.name
+    target = settings.lib_dir / bundle.target
     props = bundle.properties(pinned())
     stamp = " ".join(f"{k}={v}" for k, v in sorted(props.items())) + f" pom={bundle.pom.stat().st_mtime_ns}"
     marker = target / ".resolved"
@@ -91,7 +95,7 @@ def ensure(settings: StackSettings, name: str) -> Path:
     log.parent.mkdir(parents=True, exist_ok=True)
     argv = [mvn, "-B", "-q", "-f", str(bundle.pom), *bundle.goals, f"-DoutputDirectory={target}"]
     argv += [f"-D{key}={value}" for key, value in props.items()]
-    argv.append(f"-Dtideline.build.dir={build_dir(settings, name)}")
+    argv.append(f"-Dtideline.build.dir={settings.lib_dir / 'build' / name}")
     with open(log, "wb") as out:
         result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=bundle.pom.parent)
     if result.returncode != 0:
