@@ -42,8 +42,9 @@ pytestmark = pytest.mark.stack
 
 WORKLOAD_SECONDS = 60
 # The issue asks for convergence within 60 s of the writer stopping; on this 2-core machine the
-# warehouse (Delta MERGE) takes longer, measured in docs/apply.md. The deadline asserts convergence.
-CONVERGE_S = 240
+# warehouse (Delta MERGE, 56-128 s per large batch measured) takes longer: see docs/apply.md.
+# The deadline asserts convergence, not the 60 s target.
+CONVERGE_S = 420
 REDIS_DB = 3
 
 
@@ -127,8 +128,25 @@ def _clean(settings: StackSettings, pipeline: PipelineConfig, spark, tables=None
     return not verify(settings, pipeline=pipeline, spark=spark, tables=tables)
 
 
+def _caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float) -> None:
+    """Wait until every sink's query has committed past the end of its topics as of now.
+
+    Cheap (checkpoint files and Kafka end offsets), so the pipeline is not slowed by the test."""
+    topics = [pipeline.topic(table) for table in pipeline.tables]
+    ends = lag.end_offsets(jobs, topics)
+
+    def behind() -> dict[str, int]:
+        return {
+            sink: lag.records_behind(lag.committed_offsets(jobs.state_dir / "checkpoints" / sink), ends)
+            for sink in ("search", "cache", "warehouse")
+        }
+
+    wait_until(lambda: not any(behind().values()), timeout, "every sink's query past the end of its topics")
+
+
 def _converged(settings, pipeline, spark, timeout=None, tables=None) -> None:
-    timeout = timeout or CONVERGE_S
+    """Caught up with the topics, then verify clean (PostgreSQL as the oracle)."""
+    _caught_up(settings, pipeline, timeout or CONVERGE_S)
     last: list = []
 
     def clean() -> bool:
@@ -136,8 +154,7 @@ def _converged(settings, pipeline, spark, timeout=None, tables=None) -> None:
         return not last
 
     try:
-        # verify scans every store, so poll it gently: it shares two cores with the pipeline
-        wait_until(clean, timeout, "every view to equal PostgreSQL (tide verify clean)", interval=5)
+        wait_until(clean, 60, "every view to equal PostgreSQL (tide verify clean)", interval=5)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; divergences: {last[:10]}") from None
 
