@@ -53,10 +53,28 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[19])
 
 
+def _threads_alive(pid: int) -> bool:
+    """Whether any thread of the process is still alive. A killed multi-threaded process (a JVM)
+    shows its main thread as a zombie while the other threads still exit and hold its sockets."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    for task in tasks:
+        try:
+            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return False
+
+
 def is_running(started: Started) -> bool:
     _reap(started.pid)
     stat = _stat(started.pid)
-    return stat is not None and stat[0] != "Z" and stat[1] == started.start_ticks
+    if stat is None or stat[1] != started.start_ticks:
+        return False
+    return stat[0] != "Z" or _threads_alive(started.pid)
 
 
 def running(pid_file: Path) -> Started | None:
