@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import psycopg
 
@@ -90,25 +90,10 @@ class Outcome:
         return not self.divergences
 
 
-def verify(
-    settings: StackSettings,
-    tables: Iterable[str] | None = None,
-    sinks: Iterable[SinkName] | None = None,
-    warehouse_dir: Path | str | None = None,
-    es_url: str | None = None,
-    redis_url: str | None = None,
-    pipeline: PipelineConfig | None = None,
-    *,
-    redis_prefix: str | None = None,
-    examples: int = 5,
-    spark: SparkSession | None = None,
-) -> list[Divergence]:
-    """Every divergence between PostgreSQL and the selected views; [] when they all match."""
-    outcomes = reconcile_views(
-        settings, tables, sinks, warehouse_dir, es_url, redis_url, pipeline,
-        redis_prefix=redis_prefix, examples=examples, spark=spark,
-    )
-    return [divergence for outcome in outcomes for divergence in outcome.divergences]
+def verify(settings: StackSettings, *args: Any, **kwargs: Any) -> list[Divergence]:
+    """Every divergence between PostgreSQL and the selected views; [] when they all match.
+    Takes the same arguments as `reconcile_views`."""
+    return [divergence for outcome in reconcile_views(settings, *args, **kwargs) for divergence in outcome.divergences]
 
 
 def reconcile_views(
