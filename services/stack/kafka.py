@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -39,6 +40,17 @@ def _broker_config(settings: StackSettings) -> Path:
     return _home(settings, "kafka") / "server.properties"
 
 
+def new_cluster_id(draw: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A random KRaft cluster id: 16 bytes, URL-safe base64 without padding.
+
+    Like Kafka's own Uuid.randomUuid, an id starting with '-' is drawn again: the storage
+    tool's argument parser would read it as an option (one format in 64 failed that way)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(draw()).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def prepare_broker(settings: StackSettings) -> None:
     """Render server.properties and format the KRaft storage once (kept cluster id on restarts)."""
     data = _home(settings, "kafka") / "data"
@@ -54,10 +66,9 @@ def prepare_broker(settings: StackSettings) -> None:
     )
     if (data / "meta.properties").is_file():
         return
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     argv = _kafka_java(
         settings, "256m", "kafka.tools.StorageTool", KAFKA_ASSETS,
-        ["format", "-t", cluster_id, "-c", str(config), "--ignore-formatted"],
+        ["format", "-t", new_cluster_id(), "-c", str(config), "--ignore-formatted"],
     )
     result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
