@@ -45,6 +45,7 @@ def build_session(
         # Delta reads its log with 50 tasks by default: pure overhead on small local tables.
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # progress bars would fill the driver's log
         # Each sink's query runs in its own scheduler pool: a heavy Delta MERGE must not queue
         # the cache's tasks behind it (FIFO would), so a slow sink never holds back the others.
         .config("spark.scheduler.mode", "FAIR")

@@ -454,10 +454,15 @@ class DeltaSink:
         )
 
     def _record_tombstones(self, spark: SparkSession, table: str, fresh: DataFrame) -> None:
-        """Keep each applied delete's version (the max) so a late older change cannot resurrect the row."""
+        """Keep each applied delete's version so a late older change cannot resurrect the row.
+
+        Appended, not MERGEd: `_fresh` asks whether any tombstone of the row is at least as new,
+        which an extra, older tombstone cannot change, and an append is one Spark job where a
+        MERGE was four (measured: 1.9 s of a 5.5 s four-table batch). A replayed delete never
+        gets here twice: its own tombstone filters it out in `_fresh`."""
         deletes = fresh.where(F.col(_OP) == "d").select(
             F.lit(table).alias("table"), F.col(_DOC_ID).alias("doc_id"),
             F.col(VERSION_MAJOR).alias("major"), F.col(VERSION_MINOR).alias("minor"),
         )
         if not deletes.isEmpty():
-            self._keep_max(spark, self.tombstones_path, deletes, "t.`table` = s.`table` AND t.doc_id = s.doc_id")
+            deletes.write.format("delta").mode("append").save(self.tombstones_path)
