@@ -35,4 +35,8 @@ def end_offsets(settings: StackSettings, topics: list[str]) -> dict[str, dict[in
 
 
 def records_behind(committed: dict[str, dict[int, int]], ends: dict[str, dict[int, int]]) -> int:
-    return sum(end - committed.get(topic, {}).get(part, 0) for topic, parts in ends.items() for part, end in parts.items())
+    """Records in `ends` not yet committed. A partition already past an (earlier) end counts 0, not
+    a negative number that would cancel another partition's lag."""
+    return sum(
+        max(0, end - committed.get(topic, {}).get(part, 0)) for topic, parts in ends.items() for part, end in parts.items()
+    )

@@ -141,7 +141,12 @@ def _caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float) ->
             for sink in ("search", "cache", "warehouse")
         }
 
-    wait_until(lambda: not any(behind().values()), timeout, "every sink's query past the end of its topics")
+    try:
+        wait_until(lambda: not any(behind().values()), timeout, "every sink's query past the end of its topics")
+    except AssertionError as exc:
+        now = lag.end_offsets(jobs, topics)
+        committed = {sink: lag.committed_offsets(jobs.state_dir / "checkpoints" / sink) for sink in ("search", "cache", "warehouse")}
+        raise AssertionError(f"{exc}; behind: {behind()}; ends then {ends}, now {now}; committed {committed}") from None
 
 
 def _converged(settings, pipeline, spark, timeout=None, tables=None) -> None:
