@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PG_MAJOR := $(shell python3 -c 'import tomllib;print(tomllib.load(open("pyproject.toml","rb"))["tool"]["tideline"]["versions"]["postgresql"])')
 DEBIAN_PACKAGES := postgresql-$(PG_MAJOR) redis-server openjdk-17-jdk-headless maven python3-venv
 
-.PHONY: run test test-e2e setup system python jars env down clean
+.PHONY: run test setup system python jars env down clean
 
 run: setup
 	$(TIDE) stack up
@@ -18,10 +18,6 @@ run: setup
 
 test: setup
 	$(VENV)/bin/pytest
-
-# The end-to-end apply tier: not yet part of `make test` (docs/apply.md says why).
-test-e2e: setup
-	$(VENV)/bin/pytest tests/e2e
 
 setup: system python env jars
 

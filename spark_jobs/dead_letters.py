@@ -17,7 +17,7 @@ from kafka import KafkaProducer
 
 @dataclass(frozen=True)
 class DeadLetter:
-    stage: str  # "decode" or "apply:<sink>"
+    stage: str  # "decode:<sink>" or "apply:<sink>"
     reason: str
     topic: str
     partition: int

@@ -73,8 +73,11 @@ def source(spark: SparkSession, settings: JobSettings, topics: list[str]) -> Dat
     )
 
 
-def decode_partition(rows: Iterator[Any], bootstrap: str, dlq_topic: str, tables: frozenset[str]) -> Iterator[Change]:
-    """Decode one partition of raw records; undecodable ones go to the dead-letter topic at once."""
+def decode_partition(
+    rows: Iterator[Any], sink: str, bootstrap: str, dlq_topic: str, tables: frozenset[str]
+) -> Iterator[Change]:
+    """Decode one partition of raw records; undecodable ones go to the dead-letter topic at once,
+    as `decode:<sink>` (each sink's query reads the topics on its own, so each reports its own)."""
     dead: list[DeadLetter] = []
     for row in rows:
         key, value = _bytes(row.key), _bytes(row.value)
@@ -83,7 +86,7 @@ def decode_partition(rows: Iterator[Any], bootstrap: str, dlq_topic: str, tables
             if change is not None and change.table not in tables:
                 raise DecodeError(f"table {change.table} is not configured in pipeline.yaml for this sink")
         except DecodeError as exc:
-            dead.append(DeadLetter("decode", str(exc), row.topic, row.partition, row.offset, key, value))
+            dead.append(DeadLetter(f"decode:{sink}", str(exc), row.topic, row.partition, row.offset, key, value))
             continue
         if change is not None:  # tombstones only serve compaction; the delete marker before them carries the delete
             yield change
@@ -114,14 +117,14 @@ class BatchWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self._wait_for_sink(batch_id)
-        bootstrap, dlq_topic, tables = self.settings.kafka_bootstrap, self.settings.dlq_topic, self.tables
+        sink, bootstrap, dlq_topic, tables = self.sink_name, self.settings.kafka_bootstrap, self.settings.dlq_topic, self.tables
         # No shuffle: Debezium keys records by primary key, so every change to a row is in one
         # Kafka partition, hence in one Spark partition; the newest per row is found locally.
         # Fewer, larger tasks: one per Kafka partition (12 for the demo) costs a Python task launch
         # each, per stage; coalescing (no shuffle) keeps every partition's records together.
         records = batch.rdd.coalesce(batch.sparkSession.sparkContext.defaultParallelism)
         newest = records.mapPartitions(
-            lambda rows: newest_per_row(decode_partition(rows, bootstrap, dlq_topic, tables))
+            lambda rows: newest_per_row(decode_partition(rows, sink, bootstrap, dlq_topic, tables))
         ).persist()
         try:
             # Truncates first, from the driver (a handful per batch): a row change applied

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from services.console import console, load_settings, reporter, user_errors
-from services.jobs import driver, lag, rebuild
+from services.jobs import dlq, driver, lag, rebuild
 from services.stack import process, runner
 from services.stack.service import StackError
 from spark_jobs.config import load
@@ -41,11 +41,12 @@ def stop() -> None:
 
 @jobs_app.command()
 def status() -> None:
-    """Each sink's query: state, last error, and records behind the end of its topics."""
+    """Each sink's query: state, records behind the end of its topics, dead letters, last error."""
     settings = load_settings()
     pipeline = load(settings.pipeline_file)
     reported = driver.read_status(settings) or {"queries": {}}
-    table = Table("sink", "query", "records behind", "last error")
+    dead = dlq.count_by_sink(dlq.read_letters(settings, rebuild.job_settings(settings).dlq_topic))
+    table = Table("sink", "query", "records behind", "dead letters", "last error")
     for sink in SINKS:
         topics = [pipeline.topic(t) for t in tables_with_view(pipeline, sink)]
         behind = lag.records_behind(
@@ -53,12 +54,12 @@ def status() -> None:
         )
         query = reported["queries"].get(sink, {})
         state = "[green]running[/green]" if query.get("active") else "[red]stopped[/red]"
-        table.add_row(sink, state, str(behind), (query.get("last_error") or "")[:80])
+        table.add_row(sink, state, str(behind), str(dead.get(sink, 0)), (query.get("last_error") or "")[:80])
     console.print(table)
 
 
-@rebuild_app.command()
-def rebuild(sink: Annotated[str, typer.Argument(help="search, cache or warehouse")]) -> None:
+@rebuild_app.command("rebuild")
+def rebuild_sink(sink: Annotated[str, typer.Argument(help="search, cache or warehouse")]) -> None:
     """Recreate one sink from the compacted topics (offset zero), without touching PostgreSQL."""
     settings = load_settings()
     with user_errors():
