@@ -63,6 +63,7 @@ def apply(conn: psycopg.Connection, settings: StackSettings, config: PipelineCon
     sync_role(conn, settings)
     sync_grants(conn, settings.cdc_user, config)
     sync_publication(conn, config)
+    sync_replica_identity(conn, config)
 
 
 def sync_role(conn: psycopg.Connection, settings: StackSettings) -> None:
@@ -144,6 +145,26 @@ def sync_publication(conn: psycopg.Connection, config: PipelineConfig) -> None:
                 name, table_list, sql.Literal(PUBLISH)
             )
         )
+
+
+_REPLICA_IDENTITY = {"default": "d", "full": "f"}  # pipeline.yaml value -> pg_class.relreplident
+
+
+def sync_replica_identity(conn: psycopg.Connection, config: PipelineConfig) -> None:
+    """Each captured table's REPLICA IDENTITY as pipeline.yaml says (only where it differs)."""
+    schema = config.source.schema_name
+    for table, views in config.tables.items():
+        row = conn.execute(
+            "SELECT c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s",
+            (schema, table),
+        ).fetchone()
+        if row is not None and row[0] != _REPLICA_IDENTITY[views.replica_identity]:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} REPLICA IDENTITY {}").format(
+                    sql.Identifier(schema, table), sql.SQL(views.replica_identity.upper())
+                )
+            )
 
 
 def drop_publication(conn: psycopg.Connection, config: PipelineConfig) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -56,6 +56,11 @@ class TableConfig(_Strict):
     search: SearchView | None = None
     cache: CacheView | None = None
     warehouse: WarehouseView | None = None
+    # PostgreSQL's REPLICA IDENTITY, set by `tide db migrate`. With "default", an update that leaves a
+    # TOASTed column unchanged carries Debezium's placeholder; once compaction keeps only such an
+    # update for a row, a sink rebuilt from the topic cannot know that column. "full" logs the whole
+    # old row, so every record carries every value (more WAL per update): docs/capture.md.
+    replica_identity: Literal["default", "full"] = "default"
 
 
 class PipelineConfig(_Strict):

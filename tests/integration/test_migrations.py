@@ -272,3 +272,22 @@ def test_downgrade_keeps_a_cdc_role_still_used_elsewhere(db: psycopg.Connection,
     finally:
         db.execute("DROP SCHEMA elsewhere")
         migrations.upgrade(pg)
+
+
+def _replica_identity(conn: psycopg.Connection, table: str) -> str:
+    return conn.execute("SELECT relreplident FROM pg_class WHERE oid = %s::regclass", (table,)).fetchone()[0]
+
+
+def test_replica_identity_follows_pipeline_yaml(db: psycopg.Connection, pg: StackSettings):
+    default = load()
+    tables = {name: views.model_dump() for name, views in default.tables.items()}
+    tables["products"]["replica_identity"] = "full"
+    full_products = PipelineConfig.model_validate({"source": default.source.model_dump(by_alias=True), "tables": tables})
+    try:
+        with psycopg.connect(postgres.conninfo(pg)) as conn:
+            capture.sync_replica_identity(conn, full_products)
+        assert _replica_identity(db, "products") == "f" and _replica_identity(db, "customers") == "d"
+    finally:
+        with psycopg.connect(postgres.conninfo(pg)) as conn:
+            capture.sync_replica_identity(conn, default)
+    assert _replica_identity(db, "products") == "d"
