@@ -8,7 +8,7 @@ git-ignored and `.env.example` lists every variable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,6 +34,15 @@ class StackSettings(BaseSettings):
     pipeline_file: Path = PROJECT_ROOT / "pipeline.yaml"
     # Services listen on loopback unless told otherwise (secure default).
     host: str = "127.0.0.1"
+    # Where clients reach each service; unset means `host` (the local stack, all on one machine).
+    # Set them when services run elsewhere, e.g. as compose service names (`host_of`).
+    postgres_host: str | None = None
+    redis_host: str | None = None
+    kafka_host: str | None = None
+    connect_host: str | None = None
+    elasticsearch_host: str | None = None
+    # PostgreSQL as Kafka Connect reaches it (the connector's database.hostname); unset = postgres's host.
+    connector_database_host: str | None = None
 
     postgres_port: Port = 5432
     postgres_db: str = "tideline"
@@ -88,9 +97,13 @@ class StackSettings(BaseSettings):
     def run_dir(self) -> Path:
         return self.state_dir / "run"
 
+    def host_of(self, service: Literal["postgres", "redis", "kafka", "connect", "elasticsearch"]) -> str:
+        """The host clients use to reach `service`: its own setting, else `host`."""
+        return getattr(self, f"{service}_host") or self.host
+
     @property
     def kafka_bootstrap(self) -> str:
-        return f"{self.host}:{self.kafka_port}"
+        return f"{self.host_of('kafka')}:{self.kafka_port}"
 
     def require_postgres_password(self) -> str:
         return _require_secret("postgres_password", self.postgres_password)

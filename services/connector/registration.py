@@ -31,7 +31,7 @@ def render_config(settings: StackSettings, pipeline: PipelineConfig) -> dict[str
     """The connector config: the committed template with this stack's values; secrets stay `${env:...}`."""
     source = pipeline.source
     values = {
-        "DATABASE_HOST": settings.host,
+        "DATABASE_HOST": settings.connector_database_host or settings.host_of("postgres"),
         "DATABASE_PORT": str(settings.postgres_port),
         "DATABASE_NAME": settings.postgres_db,
         "TOPIC_PREFIX": source.topic_prefix,

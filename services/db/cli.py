@@ -68,8 +68,9 @@ def _database_errors(settings: StackSettings) -> Iterator[None]:
     try:
         yield
     except OperationalError as exc:  # could not connect (or lost the connection)
-        where = f"{settings.host}:{settings.postgres_port}"
-        if not process.port_in_use(settings.host, settings.postgres_port):
+        host = settings.host_of("postgres")
+        where = f"{host}:{settings.postgres_port}"
+        if not process.port_in_use(host, settings.postgres_port):
             raise StackError(
                 f"cannot reach PostgreSQL at {where}: {_first_line(exc.orig)} "
                 "— is the stack up? (`tide stack up postgres`)"

@@ -21,7 +21,7 @@ def job_env(settings: StackSettings) -> dict[str, str]:
         "TIDE_JOB_PIPELINE_FILE": str(settings.pipeline_file),
         "TIDE_JOB_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "TIDE_JOB_ELASTICSEARCH_URL": elasticsearch.url(settings),
-        "TIDE_JOB_REDIS_URL": f"redis://{settings.host}:{settings.redis_port}/{settings.job_redis_db}",
+        "TIDE_JOB_REDIS_URL": f"redis://{settings.host_of('redis')}:{settings.redis_port}/{settings.job_redis_db}",
         "TIDE_JOB_WAREHOUSE_DIR": str(state / "warehouse"),
         "TIDE_JOB_CHECKPOINT_DIR": str(state / "checkpoints"),
         "TIDE_JOB_JARS_DIR": str(jars.bundle_dir(settings, "spark")),

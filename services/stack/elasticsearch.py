@@ -43,7 +43,7 @@ def command(settings: StackSettings) -> list[str]:
 
 
 def url(settings: StackSettings) -> str:
-    return f"http://{settings.host}:{settings.elasticsearch_port}"
+    return f"http://{settings.host_of('elasticsearch')}:{settings.elasticsearch_port}"
 
 
 def probe(settings: StackSettings) -> str:

@@ -145,7 +145,7 @@ def connect_command(settings: StackSettings) -> list[str]:
 
 
 def connect_url(settings: StackSettings) -> str:
-    return f"http://{settings.host}:{settings.connect_port}"
+    return f"http://{settings.host_of('connect')}:{settings.connect_port}"
 
 
 def probe_connect(settings: StackSettings) -> str:

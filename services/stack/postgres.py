@@ -33,7 +33,7 @@ def data_dir(settings: StackSettings) -> Path:
 
 def conninfo(settings: StackSettings, dbname: str | None = None) -> str:
     return make_conninfo(
-        host=settings.host,
+        host=settings.host_of("postgres"),
         port=settings.postgres_port,
         dbname=dbname or settings.postgres_db,
         user=settings.postgres_user,

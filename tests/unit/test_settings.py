@@ -1,7 +1,9 @@
 import pytest
 from pydantic import ValidationError
 
+from services.connector.registration import render_config
 from services.settings import SettingsError, StackSettings
+from spark_jobs.config import load
 
 
 def test_two_services_on_one_port_is_rejected_naming_both():
@@ -29,3 +31,16 @@ def test_password_is_masked_in_repr():
     settings = StackSettings(postgres_password="s3cret-value")
     assert "s3cret-value" not in repr(settings)
     assert settings.require_postgres_password() == "s3cret-value"
+
+
+def test_each_service_is_reached_at_host_unless_given_its_own():
+    settings = StackSettings(host="10.0.0.5", connect_host="connect", kafka_host="kafka")
+    assert settings.host_of("postgres") == "10.0.0.5" and settings.host_of("connect") == "connect"
+    assert settings.kafka_bootstrap == f"kafka:{settings.kafka_port}"
+
+
+def test_the_connector_reaches_postgres_at_its_own_host_else_postgres_host():
+    pipeline = load()
+    both = StackSettings(postgres_host="db", connector_database_host="db-from-connect")
+    assert render_config(both, pipeline)["database.hostname"] == "db-from-connect"
+    assert render_config(StackSettings(postgres_host="db"), pipeline)["database.hostname"] == "db"
