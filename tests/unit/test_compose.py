@@ -334,25 +334,31 @@ def test_settings_set_in_compose_validate(monkeypatch):
             JobSettings(**job)
 
 
+_HOST_SETTINGS = ("TIDE_HOST", "TIDE_POSTGRES_HOST", "TIDE_REDIS_HOST", "TIDE_KAFKA_HOST", "TIDE_CONNECT_HOST",
+                  "TIDE_ELASTICSEARCH_HOST", "TIDE_CONNECTOR_DATABASE_HOST")
+
+
 def test_services_address_each_other_by_service_name():
     services = _services()
     for name, service in services.items():
         env = {key: _resolve_defaults(value) for key, value in _env(service).items()}
-        if "TIDE_HOST" in env:
-            assert env["TIDE_HOST"] in services, f"{name}: TIDE_HOST={env['TIDE_HOST']}"
+        for setting in _HOST_SETTINGS:
+            if setting in env:
+                assert env[setting] in services, f"{name}: {setting}={env[setting]}"
     jobs = {key: _resolve_defaults(value) for key, value in _env(services["jobs"]).items()}
     assert jobs["TIDE_JOB_KAFKA_BOOTSTRAP"].split(":")[0] in services
     assert re.match(r"http://([^:/]+)", jobs["TIDE_JOB_ELASTICSEARCH_URL"])[1] in services
     assert re.match(r"redis://([^:/]+)", jobs["TIDE_JOB_REDIS_URL"])[1] in services
 
 
-def test_register_connector_reaches_postgres_and_connect_through_its_one_host():
-    # `tide connector apply` uses TIDE_HOST for PostgreSQL, for the Connect REST API and as the
-    # connector's database.hostname, so Connect must answer on the PostgreSQL service's address.
+def test_register_connector_reaches_postgres_and_connect_and_names_postgres_as_connect_sees_it():
     services = _services()
     register = _env(services["register-connector"])
-    assert services["connect"]["network_mode"] == f"service:{register['TIDE_HOST']}"
-    assert register["TIDE_HOST"] == "postgres"
+    settings = StackSettings(_env_file=None, **{k.removeprefix("TIDE_").lower(): v for k, v in register.items()
+                                                if k in _HOST_SETTINGS or k.endswith("_PORT")})
+    assert settings.host_of("postgres") == "postgres" and settings.host_of("connect") == "connect"
+    assert settings.connector_database_host == "postgres"
+    assert "network_mode" not in services["connect"], "Connect has its own address now"
     assert int(register["TIDE_CONNECT_PORT"]) == int(_env(services["connect"])["CONNECT_REST_PORT"])
 
 
