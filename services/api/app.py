@@ -15,6 +15,7 @@ import redis
 from elasticsearch import Elasticsearch
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from services.api.stores import MAX_SEARCH_SIZE, MAX_WAREHOUSE_LIMIT, Cache, NotFound, Search, Unavailable, Warehouse
 from services.api.validation import MAX_QUERY_CHARS, BadInput
@@ -63,6 +64,13 @@ def create_app(settings: StackSettings, pipeline: PipelineConfig | None = None) 
     @app.exception_handler(Unavailable)
     async def _unavailable(_: Request, exc: Unavailable) -> JSONResponse:
         return JSONResponse(status_code=503, content={"detail": str(exc)})
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        detail = exc.detail
+        if exc.status_code == 404 and detail == "Not Found":  # no route matched (a path segment of its own?)
+            detail = "Not Found: no endpoint matches this path; the endpoints are listed at /docs"
+        return JSONResponse(status_code=exc.status_code, content={"detail": detail}, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
