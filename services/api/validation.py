@@ -19,6 +19,7 @@ FIELD = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")  # a pipeline.yaml identifier (a 
 MAX_QUERY_CHARS = 500
 MAX_FILTER_VALUE_CHARS = 256
 MAX_FILTERS = 20
+MAX_FILTER_VALUES = 100  # values of one repeated filter field
 MAX_KEY_CHARS = 4096
 HASHED_KEY = re.compile(r"^sha256:[0-9a-f]{64}$")
 MAX_RESULT_WINDOW = 10_000  # Elasticsearch's index.max_result_window: from + size may not exceed it
@@ -67,6 +68,8 @@ def search_filters(params: Iterable[tuple[str, str]], fields: Mapping[str, str])
         elif kind in ("object", "nested", "binary"):
             raise BadInput(f"filter {name} is a {kind} field and cannot be filtered on")
         filters.setdefault(name, []).append(value)
+        if len(filters[name]) > MAX_FILTER_VALUES:
+            raise BadInput(f"at most {MAX_FILTER_VALUES} values for filter {name}")
     if len(filters) > MAX_FILTERS:
         raise BadInput(f"at most {MAX_FILTERS} filter fields per search")
     return filters

@@ -39,15 +39,13 @@ API_STACK = {
     "elasticsearch_port": 39200,
     "elasticsearch_transport_port": 39300,
 }
-SHARED_JARS = Path("/work/main/.tideline/lib")  # resolved jars are shared between checkouts when present
 SERVICES = ["redis", "elasticsearch"]
 COMMITTED_MS = 1_700_000_000_000
 
 
 @pytest.fixture(scope="module")
 def services() -> Iterator[StackSettings]:
-    extra = {"lib_dir": SHARED_JARS} if SHARED_JARS.is_dir() else {}
-    settings = StackSettings(**API_STACK, **extra)
+    settings = StackSettings(**API_STACK)  # jars from TIDE_LIB_DIR if set (share another checkout's)
     already_up = all(process.running(runner.pid_file(settings, s)) for s in runner.select(SERVICES))
     runner.up(settings, SERVICES)
     yield settings
@@ -329,3 +327,14 @@ def test_no_bad_input_gets_a_500(api, world):
                 assert response.json()["detail"], (path, params)
     assert refused > len(hostile) * 5  # most of them are refusals, not matches
     assert api.get("/cache/customers/1").status_code == 200
+
+
+def test_stores_that_do_not_answer_are_503_with_a_message(services):
+    """The views pointed at ports nothing listens on: real refused connections, no mocks."""
+    dead = services.model_copy(update={"redis_port": 36999, "elasticsearch_port": 39999})
+    pipeline = api_pipeline()
+    with TestClient(create_app(dead, pipeline)) as client:
+        search = client.get(f"/search/{pipeline.tables['customers'].search.index}", params={"q": "ada"})
+        cache = client.get("/cache/customers/1")
+    assert search.status_code == 503 and "Elasticsearch cannot answer" in search.json()["detail"], search.text
+    assert cache.status_code == 503 and "Redis cannot answer" in cache.json()["detail"], cache.text

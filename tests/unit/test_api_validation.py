@@ -44,6 +44,11 @@ def test_too_many_filter_fields_are_refused():
         search_filters([(name, "x") for name in fields], fields)
 
 
+def test_too_many_values_of_one_filter_are_refused():
+    with pytest.raises(BadInput, match="at most 100 values"):
+        search_filters([("country", str(i)) for i in range(101)], FIELDS)
+
+
 def test_query_is_structured_never_string_built():
     sqlish = "'; DROP TABLE customers; -- \" OR 1=1"
     query = search_query(sqlish, ["name"], {"country": ["GB"], "name": ["Ada"], "id": ["1", "2"]}, FIELDS)
