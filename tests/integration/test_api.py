@@ -1,12 +1,11 @@
-"""The query API against real stores: Elasticsearch and Redis filled by the real sinks, a Delta table
-written with the `deltalake` package. Only Redis and Elasticsearch run, on ports of their own."""
+"""The query API against real stores: Elasticsearch and Redis of the shared test stack filled by the
+real sinks (own index names, own Redis database), a Delta table written with the `deltalake` package."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -17,7 +16,6 @@ from fastapi.testclient import TestClient
 
 from services.api.app import create_app, redis_url
 from services.settings import StackSettings
-from services.stack import process, runner
 from services.stack import elasticsearch as es_service
 from spark_jobs import config
 from spark_jobs.changes import Change
@@ -28,29 +26,14 @@ from spark_jobs.sinks.redis import RedisSink
 
 pytestmark = pytest.mark.stack
 
-# Ports of this test's own services: neither the dev stack's nor the other tests' stack's.
-API_STACK = {
-    "state_dir": Path(__file__).resolve().parents[2] / ".tideline" / "apitest",
-    "postgres_port": 35432,
-    "redis_port": 36379,
-    "kafka_port": 39092,
-    "kafka_controller_port": 39093,
-    "connect_port": 38083,
-    "elasticsearch_port": 39200,
-    "elasticsearch_transport_port": 39300,
-}
-SERVICES = ["redis", "elasticsearch"]
+REDIS_DB = 5  # this module's own Redis database on the shared test stack (it flushes it)
 COMMITTED_MS = 1_700_000_000_000
 
 
 @pytest.fixture(scope="module")
-def services() -> Iterator[StackSettings]:
-    settings = StackSettings(**API_STACK)  # jars from TIDE_LIB_DIR if set (share another checkout's)
-    already_up = all(process.running(runner.pid_file(settings, s)) for s in runner.select(SERVICES))
-    runner.up(settings, SERVICES)
-    yield settings
-    if not already_up:
-        runner.down(settings, SERVICES)
+def services(stack: StackSettings) -> StackSettings:
+    """The shared test stack (tests/conftest.py), with a Redis database of this module's own."""
+    return stack.model_copy(update={"job_redis_db": REDIS_DB})
 
 
 def change(table: str, key: dict, seq: int, after: dict | None, op: str = "c") -> Change:
@@ -100,7 +83,7 @@ def world(services: StackSettings, tmp_path_factory: pytest.TempPathFactory) -> 
     es = Elasticsearch(es_url)
     es.indices.refresh(index=alias)
 
-    # Cache: this Redis is the test's own, so the live key layout (no prefix) is used.
+    # Cache: this module's own Redis database, so the live key layout (no prefix) is used.
     cache = redis.Redis.from_url(redis_url(settings))
     cache.flushdb()
     cache_sink = RedisSink(redis_url(settings), pipeline)
