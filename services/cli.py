@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from services.api.cli import api_command
 from services.connector.cli import connector_app
 from services.connector.snapshot import capture_ops_app
 from services.db.cli import db_app
@@ -24,6 +25,7 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(capture_ops_app)
 app.add_typer(rebuild_app)
 app.command("verify")(verify_command)
+app.command("api")(api_command)
 
 if __name__ == "__main__":
     app()

@@ -1,0 +1,105 @@
+"""The query API: search, cache point reads and warehouse rows over the views (docs/api.md).
+
+`create_app(settings)` builds the app for one stack; `tide api` serves it with uvicorn.
+Bad input answers 4xx with a message; a store that cannot answer, 503; nothing answers a trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import redis
+from elasticsearch import Elasticsearch
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from services.api.stores import MAX_SEARCH_SIZE, MAX_WAREHOUSE_LIMIT, Cache, NotFound, Search, Unavailable, Warehouse
+from services.api.validation import MAX_QUERY_CHARS, BadInput
+from services.settings import StackSettings
+from services.stack import elasticsearch
+from spark_jobs.config import PipelineConfig, load
+
+log = logging.getLogger("tideline.api")
+
+Name = Annotated[str, Path(max_length=63, description="A name from pipeline.yaml")]
+
+
+def redis_url(settings: StackSettings) -> str:
+    """The cache sink's Redis database (the same URL the apply jobs write to)."""
+    return f"redis://{settings.host_of('redis')}:{settings.redis_port}/{settings.job_redis_db}"
+
+
+def create_app(settings: StackSettings, pipeline: PipelineConfig | None = None) -> FastAPI:
+    pipeline = pipeline or load(settings.pipeline_file)
+    es = Elasticsearch(elasticsearch.url(settings), request_timeout=10, max_retries=1)
+    cache_client = redis.Redis.from_url(redis_url(settings), socket_connect_timeout=5, socket_timeout=10)
+    search, cache = Search(es, pipeline), Cache(cache_client, pipeline)
+    warehouse = Warehouse(settings.state_dir / "warehouse", pipeline)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        es.close()
+        cache_client.close()
+
+    app = FastAPI(
+        title="Tideline query API",
+        description="Reads of the views Tideline keeps in sync with PostgreSQL: search, cache, warehouse.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return JSONResponse(status_code=404, content={"detail": str(exc)})
+
+    @app.exception_handler(BadInput)
+    async def _bad_input(_: Request, exc: BadInput) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": str(exc)})
+
+    @app.exception_handler(Unavailable)
+    async def _unavailable(_: Request, exc: Unavailable) -> JSONResponse:
+        return JSONResponse(status_code=503, content={"detail": str(exc)})
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        detail = exc.detail
+        if exc.status_code == 404 and detail == "Not Found":  # no route matched (a path segment of its own?)
+            detail = "Not Found: no endpoint matches this path; the endpoints are listed at /docs"
+        return JSONResponse(status_code=exc.status_code, content={"detail": detail}, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return JSONResponse(status_code=500, content={"detail": "internal error (logged by the API server)"})
+
+    @app.get("/search/{index}", summary="Full-text search over a search view")
+    def search_view(
+        request: Request,
+        index: Name,
+        q: Annotated[str | None, Query(max_length=MAX_QUERY_CHARS,
+                                       description="Words to find (simple query string syntax)")] = None,
+        page: Annotated[int, Query(ge=1, le=10_000)] = 1,
+        size: Annotated[int, Query(ge=1, le=MAX_SEARCH_SIZE)] = 10,
+    ) -> dict[str, Any]:
+        """Any other query parameter `field=value` is an exact-match filter (repeat a field for OR)."""
+        return search.search(index, q, request.query_params.multi_items(), page, size)
+
+    @app.get("/cache/{table}/{key:path}", summary="Point read of one row from the cache")
+    def cache_row(table: Name, key: Annotated[str, Path(description="The primary key; [a,b] for a composite key")]
+                  ) -> dict[str, Any]:
+        return cache.get(table, key)
+
+    @app.get("/warehouse/{table}", summary="Rows of a warehouse current-state table")
+    def warehouse_rows(
+        table: Name,
+        limit: Annotated[int, Query(ge=1, le=MAX_WAREHOUSE_LIMIT)] = 100,
+        offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    ) -> dict[str, Any]:
+        return warehouse.rows(table, limit, offset)
+
+    return app
