@@ -11,6 +11,7 @@ from rich.console import Console
 
 from services.settings import SettingsError, StackSettings
 from services.stack.service import StackError
+from spark_jobs.config import PipelineConfigError
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)
@@ -23,16 +24,16 @@ def _one_line(exc: ValidationError) -> str:
 
 
 @contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn known failures into one red line and exit code 1 (no traceback for users)."""
+def user_errors(exit_code: int = 1, also: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """Turn known failures (and `also` these) into one red line and `exit_code` (no traceback for users)."""
     try:
         yield
-    except (StackError, SettingsError) as exc:
+    except (StackError, SettingsError, PipelineConfigError, *also) as exc:
         errors.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(exit_code) from exc
     except ValidationError as exc:
         errors.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(exit_code) from exc
 
 
 def load_settings() -> StackSettings:

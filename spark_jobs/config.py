@@ -94,7 +94,7 @@ def load(path: Path = DEFAULT_PATH) -> PipelineConfig:
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError as exc:
-        raise PipelineConfigError(f"{path}: file not found; pass --config or create it (see docs/pipeline.md)") from exc
+        raise PipelineConfigError(f"{path}: file not found; set TIDE_PIPELINE_FILE or create it (see docs/capture.md)") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

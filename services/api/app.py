@@ -19,8 +19,8 @@ from starlette.exceptions import HTTPException
 
 from services.api.stores import MAX_SEARCH_SIZE, MAX_WAREHOUSE_LIMIT, Cache, NotFound, Search, Unavailable, Warehouse
 from services.api.validation import MAX_QUERY_CHARS, BadInput
+from services.jobs.driver import job_settings
 from services.settings import StackSettings
-from services.stack import elasticsearch
 from spark_jobs.config import PipelineConfig, load
 
 log = logging.getLogger("tideline.api")
@@ -28,17 +28,13 @@ log = logging.getLogger("tideline.api")
 Name = Annotated[str, Path(max_length=63, description="A name from pipeline.yaml")]
 
 
-def redis_url(settings: StackSettings) -> str:
-    """The cache sink's Redis database (the same URL the apply jobs write to)."""
-    return f"redis://{settings.host_of('redis')}:{settings.redis_port}/{settings.job_redis_db}"
-
-
 def create_app(settings: StackSettings, pipeline: PipelineConfig | None = None) -> FastAPI:
     pipeline = pipeline or load(settings.pipeline_file)
-    es = Elasticsearch(elasticsearch.url(settings), request_timeout=10, max_retries=1)
-    cache_client = redis.Redis.from_url(redis_url(settings), socket_connect_timeout=5, socket_timeout=10)
+    stores = job_settings(settings)  # the stores the apply jobs write
+    es = Elasticsearch(stores.elasticsearch_url, request_timeout=10, max_retries=1)
+    cache_client = redis.Redis.from_url(stores.redis_url, socket_connect_timeout=5, socket_timeout=10)
     search, cache = Search(es, pipeline), Cache(cache_client, pipeline)
-    warehouse = Warehouse(settings.state_dir / "warehouse", pipeline)
+    warehouse = Warehouse(stores.warehouse_dir, pipeline)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

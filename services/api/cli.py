@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from services.console import console, errors, load_settings
-from spark_jobs.config import PipelineConfigError
+from services.console import console, load_settings, user_errors
 
 
 def api_command(
@@ -22,11 +21,8 @@ def api_command(
     from services.api.app import create_app
 
     settings = load_settings()
-    try:
+    with user_errors():
         app = create_app(settings)
-    except PipelineConfigError as exc:
-        errors.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(1) from exc
     bind = host or settings.host
     console.print(f"query API on http://{bind}:{port} (docs: http://{bind}:{port}/docs)", highlight=False)
     uvicorn.run(app, host=bind, port=port, log_level="info")

@@ -192,7 +192,7 @@ class Warehouse:
             sql = f"SELECT * FROM t{order_by} LIMIT {int(limit)} OFFSET {int(offset)}"
             page = QueryBuilder().register("t", delta).execute(sql).read_all()
             count = QueryBuilder().register("t", delta).execute("SELECT count(*) AS n FROM t").read_all()
-        except (DeltaError, OSError, Exception) as exc:  # noqa: BLE001 - DataFusion raises plain Exceptions
+        except Exception as exc:  # noqa: BLE001 - DataFusion raises plain Exceptions, deltalake DeltaError/OSError
             raise Unavailable(f"cannot read the {table} warehouse table: {str(exc)[:300]}") from None
         columns = {name: page.column(name).to_pylist() for name in page.column_names}
         rows = [{name: to_json(values[i]) for name, values in columns.items()} for i in range(page.num_rows)]

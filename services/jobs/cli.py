@@ -45,7 +45,7 @@ def status() -> None:
     settings = load_settings()
     pipeline = load(settings.pipeline_file)
     reported = driver.read_status(settings) or {"queries": {}}
-    dead = dlq.count_by_sink(dlq.read_letters(settings, rebuild.job_settings(settings).dlq_topic))
+    dead = dlq.count_by_sink(dlq.read_letters(settings, driver.job_settings(settings).dlq_topic))
     table = Table("sink", "query", "records behind", "dead letters", "last error")
     for sink in SINKS:
         topics = [pipeline.topic(t) for t in tables_with_view(pipeline, sink)]

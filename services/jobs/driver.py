@@ -10,6 +10,7 @@ from pathlib import Path
 from services.settings import StackSettings
 from services.stack import elasticsearch, jars
 from services.stack.service import Service, Unhealthy
+from spark_jobs.settings import JobSettings
 
 STATUS_STALE_S = 30.0
 
@@ -30,6 +31,12 @@ def job_env(settings: StackSettings) -> dict[str, str]:
         "TIDE_JOB_MAX_OFFSETS_PER_TRIGGER": str(settings.job_max_offsets_per_trigger),
         "TIDE_JOB_DRIVER_MEMORY": settings.job_driver_memory,
     }
+
+
+def job_settings(settings: StackSettings) -> JobSettings:
+    """The apply jobs' typed settings for this stack (what `job_env` hands the driver)."""
+    env = job_env(settings)
+    return JobSettings(**{key.removeprefix("TIDE_JOB_").lower(): value for key, value in env.items()})
 
 
 def status_file(settings: StackSettings) -> Path:

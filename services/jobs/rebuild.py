@@ -29,16 +29,11 @@ from spark_jobs.settings import JobSettings
 Report = Callable[[str], None]
 
 
-def job_settings(settings: StackSettings) -> JobSettings:
-    env = driver.job_env(settings)
-    return JobSettings(**{key.removeprefix("TIDE_JOB_").lower(): value for key, value in env.items()})
-
-
 def rebuild_search(settings: StackSettings, report: Report) -> dict[str, str]:
     """New index versions behind the aliases; returns {alias: new index}."""
     from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 
-    jobs = job_settings(settings)
+    jobs = driver.job_settings(settings)
     pipeline = load(jobs.pipeline_file)
     live = ElasticsearchSink(jobs.elasticsearch_url, pipeline, jobs.es_bulk_size)
     live.setup(pipeline)
@@ -68,7 +63,7 @@ def _catch_up(spark, jobs: JobSettings, pipeline: PipelineConfig, sink, checkpoi
 
 def rebuild_by_replay(settings: StackSettings, sink: str, report: Report) -> None:
     """Clear one sink's store and checkpoint and let its query replay from offset zero."""
-    jobs = job_settings(settings)
+    jobs = driver.job_settings(settings)
     was_running = process.stop(runner.pid_file(settings, driver.SERVICE))
     if sink == "cache":
         redis.Redis.from_url(jobs.redis_url).flushdb()

@@ -95,7 +95,7 @@ def resolve(settings: StackSettings, bundle: JarBundle) -> Path:
     log.parent.mkdir(parents=True, exist_ok=True)
     argv = [mvn, "-B", "-q", "-f", str(bundle.pom), *bundle.goals, f"-DoutputDirectory={target}"]
     argv += [f"-D{key}={value}" for key, value in props.items()]
-    argv.append(f"-Dtideline.build.dir={settings.lib_dir / 'build' / name}")
+    argv.append(f"-Dtideline.build.dir={build_dir(settings, name)}")
     with open(log, "wb") as out:
         result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=bundle.pom.parent)
     if result.returncode != 0:

@@ -7,7 +7,7 @@ Public API (used by the CLI, the end-to-end tests and the benchmarks):
 
 Where the sinks live (Elasticsearch URL, Redis URL and key prefix, warehouse
 folder, Spark jars) defaults to the local stack's job environment
-(`services.jobs.driver.job_env`) and can be injected, so tests point verify at
+(`services.jobs.driver.job_settings`) and can be injected, so tests point verify at
 their own aliases, Redis database and temporary warehouse.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, TYPE_CHECKING
 
 import psycopg
 
-from services.jobs.driver import job_env
+from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.stack import postgres
 from services.verify import readers
@@ -65,12 +65,12 @@ class Targets:
         redis_prefix: str | None = None,
     ) -> Targets:
         """The local stack's stores (what `tide jobs start` writes), each replaced where given."""
-        env = job_env(settings)
+        jobs = job_settings(settings)
         return cls(
-            es_url=es_url or env["TIDE_JOB_ELASTICSEARCH_URL"],
-            redis_url=redis_url or env["TIDE_JOB_REDIS_URL"],
-            warehouse_dir=Path(warehouse_dir or env["TIDE_JOB_WAREHOUSE_DIR"]),
-            jars_dir=Path(env["TIDE_JOB_JARS_DIR"]),
+            es_url=es_url or jobs.elasticsearch_url,
+            redis_url=redis_url or jobs.redis_url,
+            warehouse_dir=Path(warehouse_dir or jobs.warehouse_dir),
+            jars_dir=jobs.jars_dir,
             redis_prefix=redis_prefix or "",
         )
 

@@ -11,16 +11,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from services.console import console, errors
-from services.settings import SettingsError, StackSettings
-from services.stack.service import StackError
+from services.console import console, user_errors
+from services.settings import StackSettings
 from services.verify import Outcome, VerifyError, reconcile_views
-from spark_jobs.config import PipelineConfigError, load
+from spark_jobs.config import load
 
 EXIT_CLEAN, EXIT_DIVERGED, EXIT_FAILED = 0, 1, 2
 
@@ -53,7 +51,7 @@ def verify_command(
 
     Exit code 0 when every view matches, 1 on any divergence, 2 if verify could not run.
     """
-    try:
+    with user_errors(exit_code=EXIT_FAILED, also=(VerifyError,)):
         settings = StackSettings()
         outcomes = reconcile_views(
             settings,
@@ -66,9 +64,6 @@ def verify_command(
             examples=examples,
             on_outcome=_progress,
         )
-    except (VerifyError, StackError, SettingsError, PipelineConfigError, ValidationError) as exc:
-        errors.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False)
-        raise typer.Exit(EXIT_FAILED) from exc
     console.print(summary(outcomes))
     diverged = [outcome for outcome in outcomes if not outcome.clean]
     if diverged:
@@ -81,13 +76,6 @@ def verify_command(
 def _progress(outcome: Outcome) -> None:
     state = "[green]ok[/green]" if outcome.clean else "[red]diverges[/red]"
     console.print(f"  {outcome.table} → {outcome.sink}: {outcome.source_rows} rows, {state}", highlight=False)
-
-
-def _one_line(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        return f"invalid setting TIDE_{'.'.join(str(p) for p in first['loc']).upper()}: {first['msg']}"
-    return str(exc)
 
 
 def summary(outcomes: list[Outcome]) -> Table:

@@ -14,7 +14,8 @@ from deltalake import QueryBuilder, write_deltalake
 from elasticsearch import Elasticsearch
 from fastapi.testclient import TestClient
 
-from services.api.app import create_app, redis_url
+from services.api.app import create_app
+from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.stack import elasticsearch as es_service
 from spark_jobs import config
@@ -84,9 +85,9 @@ def world(services: StackSettings, tmp_path_factory: pytest.TempPathFactory) -> 
     es.indices.refresh(index=alias)
 
     # Cache: this module's own Redis database, so the live key layout (no prefix) is used.
-    cache = redis.Redis.from_url(redis_url(settings))
+    cache = redis.Redis.from_url(job_settings(settings).redis_url)
     cache.flushdb()
-    cache_sink = RedisSink(redis_url(settings), pipeline)
+    cache_sink = RedisSink(job_settings(settings).redis_url, pipeline)
     cache_sink.setup(pipeline)
     item = change("order_items", {"order_id": 7, "line_no": 2}, 300, ITEM)
     assert cache_sink.write([*rows, item]) == []
