@@ -4,21 +4,25 @@ developer's running stack is never touched."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from services.settings import StackSettings
 from services.stack import process, runner
 from services.versions import PROJECT_ROOT
 
+# Two checkouts testing at once (e.g. two worktrees) give each its own offset.
+_PORT_OFFSET = int(os.environ.get("TIDE_TEST_PORT_OFFSET", "0"))
 TEST_STACK = {
     "state_dir": PROJECT_ROOT / ".tideline" / "test",
-    "postgres_port": 25432,
-    "redis_port": 26379,
-    "kafka_port": 29092,
-    "kafka_controller_port": 29093,
-    "connect_port": 28083,
-    "elasticsearch_port": 29200,
-    "elasticsearch_transport_port": 29300,
+    "postgres_port": 25432 + _PORT_OFFSET,
+    "redis_port": 26379 + _PORT_OFFSET,
+    "kafka_port": 29092 + _PORT_OFFSET,
+    "kafka_controller_port": 29093 + _PORT_OFFSET,
+    "connect_port": 28083 + _PORT_OFFSET,
+    "elasticsearch_port": 29200 + _PORT_OFFSET,
+    "elasticsearch_transport_port": 29300 + _PORT_OFFSET,
 }
 
 
