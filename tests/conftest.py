@@ -14,16 +14,23 @@ from services.versions import PROJECT_ROOT
 
 # Two checkouts testing at once (e.g. two worktrees) give each its own offset.
 _PORT_OFFSET = int(os.environ.get("TIDE_TEST_PORT_OFFSET", "0"))
-TEST_STACK = {
-    "state_dir": PROJECT_ROOT / ".tideline" / "test",
-    "postgres_port": 25432 + _PORT_OFFSET,
-    "redis_port": 26379 + _PORT_OFFSET,
-    "kafka_port": 29092 + _PORT_OFFSET,
-    "kafka_controller_port": 29093 + _PORT_OFFSET,
-    "connect_port": 28083 + _PORT_OFFSET,
-    "elasticsearch_port": 29200 + _PORT_OFFSET,
-    "elasticsearch_transport_port": 29300 + _PORT_OFFSET,
-}
+
+
+def stack_ports(band: int) -> dict[str, int]:
+    """Every service port in the band `band`0000 (the usual port's last four digits), offset per checkout."""
+    usual = {
+        "postgres_port": 5432,
+        "redis_port": 6379,
+        "kafka_port": 9092,
+        "kafka_controller_port": 9093,
+        "connect_port": 8083,
+        "elasticsearch_port": 9200,
+        "elasticsearch_transport_port": 9300,
+    }
+    return {name: band * 10_000 + port + _PORT_OFFSET for name, port in usual.items()}
+
+
+TEST_STACK = {"state_dir": PROJECT_ROOT / ".tideline" / "test", **stack_ports(2)}
 
 
 @pytest.fixture(scope="session")

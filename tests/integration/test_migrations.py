@@ -22,18 +22,11 @@ from services.cli import app
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from spark_jobs.config import PipelineConfig, load
+from tests.conftest import stack_ports
 
 DEMO_TABLES = {"customers", "products", "orders", "order_items"}
 SUPPORT_TABLES = {"debezium_signal", "tideline_heartbeat"}
-PORTS = {
-    "postgres_port": 45432,
-    "redis_port": 46379,
-    "kafka_port": 49092,
-    "kafka_controller_port": 49093,
-    "connect_port": 48083,
-    "elasticsearch_port": 49200,
-    "elasticsearch_transport_port": 49300,
-}
+PORTS = stack_ports(4)
 
 
 @pytest.fixture(scope="module")

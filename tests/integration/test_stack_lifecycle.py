@@ -15,6 +15,7 @@ import pytest
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from services.stack.service import StackError
+from tests.conftest import stack_ports
 
 SERVICES = ["postgres", "redis"]
 
@@ -23,13 +24,7 @@ SERVICES = ["postgres", "redis"]
 def mini_settings(tmp_path_factory) -> StackSettings:
     settings = StackSettings(
         state_dir=tmp_path_factory.mktemp("mini-stack"),
-        postgres_port=35432,
-        redis_port=36379,
-        kafka_port=39092,
-        kafka_controller_port=39093,
-        connect_port=38083,
-        elasticsearch_port=39200,
-        elasticsearch_transport_port=39300,
+        **stack_ports(3),
     )
     yield settings
     runner.down(settings, SERVICES)
