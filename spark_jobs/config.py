@@ -61,6 +61,9 @@ class TableConfig(_Strict):
     # update for a row, a sink rebuilt from the topic cannot know that column. "full" logs the whole
     # old row, so every record carries every value (more WAL per update): docs/capture.md.
     replica_identity: Literal["default", "full"] = "default"
+    # Columns that never reach Kafka (e.g. PII): dropped by Debezium (`column.exclude.list`) before a
+    # record is written, so no topic, view or rebuild ever holds them. Not allowed on the primary key.
+    exclude_columns: list[Identifier] = []
 
 
 class PipelineConfig(_Strict):

@@ -44,6 +44,13 @@ def render_config(settings: StackSettings, pipeline: PipelineConfig) -> dict[str
     }
     template: dict[str, str] = json.loads(TEMPLATE.read_text())
     config = {key: substitute(value, values, str(TEMPLATE)) for key, value in template.items()}
+    excluded = [
+        rf"{source.schema_name}\.{table}\.{column}"
+        for table, views in pipeline.tables.items()
+        for column in views.exclude_columns
+    ]
+    if excluded:
+        config["column.exclude.list"] = ",".join(excluded)
     return {"name": source.connector, **config}
 
 
@@ -70,6 +77,35 @@ def check_tables(conn: psycopg.Connection, pipeline: PipelineConfig) -> None:
         raise StackError(
             f"{', '.join(f'{schema}.{t}' for t in keyless)} has no primary key: every view is keyed by it; "
             "add one or remove the table from pipeline.yaml"
+        )
+    for table, views in pipeline.tables.items():
+        if views.exclude_columns:
+            check_excluded_columns(conn, schema, table, views.exclude_columns)
+
+
+def check_excluded_columns(conn: psycopg.Connection, schema: str, table: str, excluded: list[str]) -> None:
+    """Each excluded column exists and is not part of the primary key (rows are keyed by it)."""
+    rows = conn.execute(
+        """
+        SELECT a.attname, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisprimary
+                                  AND a.attnum = ANY(i.indkey))
+        FROM pg_attribute a WHERE a.attrelid = format('%%I.%%I', %s::text, %s::text)::regclass
+          AND a.attnum > 0 AND NOT a.attisdropped
+        """,
+        (schema, table),
+    ).fetchall()
+    in_key = dict(rows)
+    unknown = [column for column in excluded if column not in in_key]
+    if unknown:
+        raise StackError(
+            f"pipeline.yaml excludes {', '.join(f'{table}.{c}' for c in unknown)}, which does not exist: "
+            "fix exclude_columns"
+        )
+    keyed = [column for column in excluded if in_key[column]]
+    if keyed:
+        raise StackError(
+            f"pipeline.yaml excludes {', '.join(f'{table}.{c}' for c in keyed)}, part of the primary key "
+            "that keys every view: remove it from exclude_columns"
         )
 
 

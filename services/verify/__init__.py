@@ -130,7 +130,8 @@ def reconcile_views(
         readers.connect_source(postgres.conninfo(settings)) as conn,
     ):
         for table, wanted in plan:
-            shape, estimate = readers.source_shape(conn, pipeline.source.schema_name, table)
+            excluded = pipeline.tables[table].exclude_columns
+            shape, estimate = readers.source_shape(conn, pipeline.source.schema_name, table, excluded)
             canon = Canonicaliser(shape)
             buckets = bucket_count(estimate)
             source = spill(_source_pairs(conn, canon), Path(scratch) / table / "source", buckets)
