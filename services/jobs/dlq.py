@@ -29,11 +29,21 @@ def read_letters(settings: StackSettings, topic: str, max_records: int = 1_000_0
         consumer.close()
 
 
-def count_by_sink(letters: Iterable[dict]) -> dict[str, int]:
-    """Distinct failed records per sink ("decode:<sink>" and "apply:<sink>" stages). A record sent
-    twice (delivery is at least once) counts once: it is known by its origin topic/partition/offset."""
-    seen: dict[str, set[tuple]] = {}
+def count_by_sink_and_topic(letters: Iterable[dict]) -> dict[tuple[str, str], int]:
+    """Distinct failed records per (sink, origin topic) ("decode:<sink>" and "apply:<sink>" stages).
+    A record sent twice (delivery is at least once) counts once: it is known by its origin
+    topic/partition/offset."""
+    seen: dict[tuple[str, str], set[tuple]] = {}
     for letter in letters:
         sink = letter.get("stage", "").partition(":")[2] or "?"
-        seen.setdefault(sink, set()).add((letter.get("topic"), letter.get("partition"), letter.get("offset")))
-    return {sink: len(origins) for sink, origins in seen.items()}
+        topic = letter.get("topic") or "?"
+        seen.setdefault((sink, topic), set()).add((letter.get("partition"), letter.get("offset")))
+    return {key: len(origins) for key, origins in seen.items()}
+
+
+def count_by_sink(letters: Iterable[dict]) -> dict[str, int]:
+    """Distinct failed records per sink: the per-topic counts added up."""
+    totals: dict[str, int] = {}
+    for (sink, _), count in count_by_sink_and_topic(letters).items():
+        totals[sink] = totals.get(sink, 0) + count
+    return totals
