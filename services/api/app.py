@@ -11,7 +11,7 @@ import html
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path as PathLib
 from typing import Annotated, Any
@@ -138,7 +138,7 @@ class RecentStatus:
     """One status read shared by the requests of the same second (a dashboard tab and a Prometheus
     scrape ask often; each read opens Kafka consumers and a PostgreSQL connection)."""
 
-    def __init__(self, read: Any, max_age_s: float = STATUS_MAX_AGE_S) -> None:
+    def __init__(self, read: Callable[[], figures.Status], max_age_s: float = STATUS_MAX_AGE_S) -> None:
         self.read, self.max_age_s = read, max_age_s
         self.lock = threading.Lock()
         self.value: figures.Status | None = None
