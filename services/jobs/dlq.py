@@ -10,9 +10,12 @@ from kafka import KafkaConsumer, TopicPartition
 from services.settings import StackSettings
 
 
-def read_letters(settings: StackSettings, topic: str, max_records: int = 1_000_000) -> list[dict]:
+def read_letters(
+    settings: StackSettings, topic: str, max_records: int = 1_000_000, bootstrap_timeout_ms: int = 30_000
+) -> list[dict]:
     """Every dead letter now in `topic`, oldest first per partition; [] if the topic does not exist."""
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False,
+                             bootstrap_timeout_ms=bootstrap_timeout_ms)
     try:
         partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
         if not partitions:

@@ -39,8 +39,8 @@ def _styled(state: str) -> str:
 
 def _freshness_cells(figures: SinkFigures | TableFigures, now_ms: int) -> list[str]:
     return [
-        str(figures.records_behind),
-        str(figures.dead_letters),
+        "-" if figures.records_behind is None else str(figures.records_behind),
+        "-" if figures.dead_letters is None else str(figures.dead_letters),
         format_age(age_s(now_ms, figures.newest_applied_commit_ms)),
         format_age(age_s(now_ms, figures.oldest_unapplied_commit_ms)),
     ]
@@ -64,8 +64,8 @@ def source_table(status: Status) -> Table:
     table.add_row(f"connector {source.connector}", _styled(source.connector_state), "")
     for task in source.tasks:
         table.add_row(f"  task {task.id}", _styled(task.state), (task.error or "")[:80])
-    if source.slot_active is None:
-        table.add_row(f"slot {source.slot}", "[red]absent[/]", "")
+    if not source.slot_found:
+        table.add_row(f"slot {source.slot}", "[red]unknown[/]" if source.slot_found is None else "[red]absent[/]", "")
     else:
         table.add_row(f"slot {source.slot}", "active" if source.slot_active else "[yellow]inactive[/]",
                       f"lag {source.slot_lag_bytes} bytes, wal_status {source.slot_wal_status}")

@@ -38,6 +38,8 @@ from spark_jobs.settings import SINKS
 # (a tombstone or an undecodable record has none).
 WINDOW = 8
 READ_TIMEOUT_S = 5.0
+# A status must answer soon when Kafka is down (the client's default waits 30 s to bootstrap).
+BOOTSTRAP_TIMEOUT_MS = 5_000
 
 # (topic, partition, first offset, offset after the last): a span of a partition to read.
 Window = tuple[str, int, int, int]
@@ -68,9 +70,10 @@ def source_figures(settings: StackSettings, pipeline: PipelineConfig, problems: 
         )
     except ConnectError as exc:
         problems.append(str(exc))
-    slot = None
+    slot, found = None, None
     try:
         slot = registration.slot_state(settings, slot_name)
+        found = slot is not None
     except Exception as exc:  # noqa: BLE001 - psycopg's errors: PostgreSQL down or refusing
         problems.append(f"cannot read replication slot {slot_name} from PostgreSQL: {_first_line(str(exc))}")
     return SourceFigures(
@@ -78,6 +81,7 @@ def source_figures(settings: StackSettings, pipeline: PipelineConfig, problems: 
         connector_state=state,
         tasks=tasks,
         slot=slot_name,
+        slot_found=found,
         slot_active=slot.active if slot else None,
         slot_lag_bytes=slot.lag_bytes if slot else None,
         slot_wal_status=slot.wal_status if slot else None,
@@ -91,22 +95,24 @@ def sink_figures(
     views = {sink: {table: pipeline.topic(table) for table in tables_with_view(pipeline, sink)} for sink in SINKS}
     committed = {sink: lag.committed_offsets(jobs.checkpoint_dir / sink) for sink in SINKS}
     try:
-        ends = lag.end_offsets(settings, sorted({topic for topics in views.values() for topic in topics.values()}))
+        topics = sorted({topic for names in views.values() for topic in names.values()})
+        ends = lag.end_offsets(settings, topics, BOOTSTRAP_TIMEOUT_MS)
         wanted = {span for sink, topics in views.items() for topic in topics.values()
                   for span in spans(topic, committed[sink].get(topic, {}), ends.get(topic, {}))}
         times = commit_times(settings, wanted)
-        dead = dlq.count_by_sink_and_topic(dlq.read_letters(settings, jobs.dlq_topic))
+        dead = dlq.count_by_sink_and_topic(
+            dlq.read_letters(settings, jobs.dlq_topic, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS))
     except KafkaError as exc:
-        problems.append(f"cannot read Kafka at {settings.kafka_bootstrap}: {type(exc).__name__} {exc}")
-        ends, times, dead = {}, {}, {}
+        problems.append(f"cannot read Kafka at {settings.kafka_bootstrap}: {exc}")
+        ends, times, dead = None, {}, {}
     figures = []
     for sink, topics in views.items():
         if not topics:
             continue
         state, last_error = query_state(report, sink, now_ms)
         tables = tuple(
-            table_figures(table, topic, committed[sink].get(topic, {}), ends.get(topic, {}), times,
-                          dead.get((sink, topic), 0))
+            table_figures(table, topic, committed[sink].get(topic, {}), None if ends is None else ends.get(topic, {}),
+                          times, None if ends is None else dead.get((sink, topic), 0))
             for table, topic in topics.items()
         )
         figures.append(SinkFigures(sink, state, last_error, tables))
@@ -129,9 +135,12 @@ def _unapplied_spans(topic: str, committed: dict[int, int], ends: dict[int, int]
 
 
 def table_figures(
-    table: str, topic: str, committed: dict[int, int], ends: dict[int, int],
-    times: dict[Window, list[tuple[int, int | None]]], dead_letters: int,
+    table: str, topic: str, committed: dict[int, int], ends: dict[int, int] | None,
+    times: dict[Window, list[tuple[int, int | None]]], dead_letters: int | None,
 ) -> TableFigures:
+    """One table's figures; with `ends` None (Kafka could not be read) only what is known without it."""
+    if ends is None:
+        return TableFigures(table, topic, None, None, None, None)
     return TableFigures(
         table=table,
         topic=topic,
@@ -155,7 +164,7 @@ def commit_times(settings: StackSettings, spans: Iterable[Window]) -> dict[Windo
     if not by_partition:
         return found
     consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False,
-                             auto_offset_reset="earliest")
+                             auto_offset_reset="earliest", bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS)
     try:
         while by_partition:
             round_ = {tp: spans.pop(0) for tp, spans in by_partition.items()}

@@ -16,8 +16,9 @@ class TableFigures:
 
     table: str
     topic: str
-    records_behind: int  # Kafka end offsets minus the query's checkpointed offsets
-    dead_letters: int  # distinct records of this topic in the dead-letter topic for this sink
+    # None when Kafka could not be read: unknown is not zero.
+    records_behind: int | None  # Kafka end offsets minus the query's checkpointed offsets
+    dead_letters: int | None  # distinct records of this topic in the dead-letter topic for this sink
     newest_applied_commit_ms: int | None  # source commit time of the newest change the query committed
     oldest_unapplied_commit_ms: int | None  # source commit time of the first change it has not committed
 
@@ -30,12 +31,12 @@ class SinkFigures:
     tables: tuple[TableFigures, ...]
 
     @property
-    def records_behind(self) -> int:
-        return sum(table.records_behind for table in self.tables)
+    def records_behind(self) -> int | None:
+        return total(table.records_behind for table in self.tables)
 
     @property
-    def dead_letters(self) -> int:
-        return sum(table.dead_letters for table in self.tables)
+    def dead_letters(self) -> int | None:
+        return total(table.dead_letters for table in self.tables)
 
     @property
     def newest_applied_commit_ms(self) -> int | None:
@@ -60,6 +61,7 @@ class SourceFigures:
     connector_state: str
     tasks: tuple[TaskFigures, ...]
     slot: str
+    slot_found: bool | None  # None: PostgreSQL did not answer
     slot_active: bool | None  # None: the slot does not exist or PostgreSQL did not answer
     slot_lag_bytes: int | None  # WAL the slot still holds: current WAL position minus confirmed_flush_lsn
     slot_wal_status: str | None
@@ -76,6 +78,12 @@ class Status:
     source: SourceFigures
     sinks: tuple[SinkFigures, ...]
     problems: tuple[str, ...] = field(default=())  # systems that could not be read, one line each
+
+
+def total(counts: Iterable[int | None]) -> int | None:
+    """The sum, or None if any part is unknown."""
+    parts = list(counts)
+    return None if any(part is None for part in parts) else sum(parts)
 
 
 def newest(times: Iterable[int | None]) -> int | None:
@@ -96,7 +104,7 @@ def age_s(now_ms: int, commit_ms: int | None) -> float | None:
 def query_state(report: dict[str, Any] | None, sink: str, now_ms: int) -> tuple[str, str | None]:
     """(state, last error) of a sink's query from the driver's report (status.json)."""
     if report is None or (now_ms - report.get("written_at_ms", 0)) / 1000 > REPORT_STALE_S:
-        return "unknown", "the jobs driver is not reporting: is it running? (`tide jobs start`)"
+        return "unknown", "the jobs driver is not reporting (`tide jobs start`)"
     query = report.get("queries", {}).get(sink)
     if query is None:
         return "unknown", "the driver runs no query for this sink"

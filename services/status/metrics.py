@@ -42,6 +42,8 @@ def _sink_metrics(status: Status) -> Iterator[GaugeMetricFamily]:
     for sink in status.sinks:
         for table in sink.tables:
             labels = [sink.sink, table.table]
+            if table.records_behind is None:
+                continue  # Kafka could not be read: no figure rather than a false 0
             behind.add_metric(labels, table.records_behind)
             dead.add_metric(labels, table.dead_letters)
             if table.newest_applied_commit_ms is not None:

@@ -31,7 +31,7 @@ def _status(connector_state: str = "RUNNING", slot_active: bool | None = True) -
         _table("orders", 40, NOW - 90_000, NOW - 85_000, dead=1), _table("customers", 2, NOW - 60_000, NOW - 59_000)))
     cache = SinkFigures("cache", "running", None, (_table("orders", 0, NOW - 1_500, None),))
     source = SourceFigures("tideline-postgres", connector_state, (TaskFigures(0, "RUNNING", None),), "tideline",
-                           slot_active, 4096 if slot_active is not None else None, "reserved")
+                           slot_active is not None, slot_active, 4096 if slot_active is not None else None, "reserved")
     return Status(NOW, 1.5, source, (search, cache), ("Kafka Connect is down",))
 
 
@@ -130,3 +130,13 @@ def test_the_pause_file_round_trips_and_a_broken_one_pauses_nothing(tmp_path):
     assert read_paused(path) == {"search"}
     path.write_text("{not json")
     assert read_paused(path) == frozenset()
+
+
+def test_figures_kafka_could_not_give_are_unknown_not_zero():
+    unknown = SinkFigures("cache", "running", None, (_table("orders", 0, None, None), TableFigures("x", "t.x", None, None, None, None)))
+    assert unknown.records_behind is None and unknown.dead_letters is None
+    status = Status(NOW, None, _status().source, (unknown,), ("cannot read Kafka",))
+    assert to_json(status)["sinks"][0]["records_behind"] is None
+    samples = _samples(metrics.render(status))
+    assert ("tideline_records_behind", (("sink", "cache"), ("table", "x"))) not in samples
+    assert samples[("tideline_records_behind", (("sink", "cache"), ("table", "orders")))] == 0
