@@ -41,7 +41,8 @@ def _free_port(host: str) -> int:
 @pytest.fixture(scope="module")
 def dashboard_url(run) -> Iterator[str]:
     """The API (`create_app`, as `tide api` serves it) on a free loopback port, in a thread of this process."""
-    jobs, _, _ = run
+    jobs, _, writer = run
+    writer.finish()  # the fixture's workload: it must not update the order this module inserts
     port = _free_port(jobs.host)
     server = uvicorn.Server(uvicorn.Config(create_app(jobs), host=jobs.host, port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
