@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TIDE := $(VENV)/bin/tide
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PG_MAJOR := $(shell python3 -c 'import tomllib;print(tomllib.load(open("pyproject.toml","rb"))["tool"]["tideline"]["versions"]["postgresql"])')
-DEBIAN_PACKAGES := postgresql-$(PG_MAJOR) redis-server openjdk-17-jdk-headless maven python3-venv docker-compose
+DEBIAN_PACKAGES := postgresql-$(PG_MAJOR) redis-server openjdk-17-jdk-headless maven python3-venv docker-compose chromium chromium-driver
 
 .PHONY: run test setup system python jars env down clean
 

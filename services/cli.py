@@ -10,6 +10,7 @@ from services.connector.snapshot import capture_ops_app
 from services.db.cli import db_app
 from services.jobs.cli import jobs_app, rebuild_app
 from services.stack.cli import stack_app
+from services.status.cli import status_command
 from services.verify.cli import verify_command
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ app.add_typer(capture_ops_app)
 app.add_typer(rebuild_app)
 app.command("verify")(verify_command)
 app.command("api")(api_command)
+app.command("status")(status_command)
 
 if __name__ == "__main__":
     app()
