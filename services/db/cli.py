@@ -23,7 +23,7 @@ def migrate(
 ) -> None:
     """Apply migrations (idempotent); also re-applies the CDC role password and publication table list."""
     settings = load_settings()
-    with user_errors(), _database_errors(settings):
+    with user_errors(), database_errors(settings):
         import migrations  # here, not at import time: `tide stack ...` need not load SQLAlchemy and Alembic
 
         migrations.upgrade(settings, revision)
@@ -36,7 +36,7 @@ def downgrade(
 ) -> None:
     """Undo migrations down to REVISION."""
     settings = load_settings()
-    with user_errors(), _database_errors(settings):
+    with user_errors(), database_errors(settings):
         import migrations
 
         migrations.downgrade(settings, revision)
@@ -47,7 +47,7 @@ def downgrade(
 def current() -> None:
     """Show the revision the database is at."""
     settings = load_settings()
-    with user_errors(), _database_errors(settings):
+    with user_errors(), database_errors(settings):
         _print_current(settings)
 
 
@@ -60,7 +60,7 @@ def _print_current(settings: StackSettings) -> None:
 
 
 @contextmanager
-def _database_errors(settings: StackSettings) -> Iterator[None]:
+def database_errors(settings: StackSettings) -> Iterator[None]:
     """Database and Alembic failures as one-line StackErrors, for user_errors to print."""
     from alembic.util import CommandError
     from sqlalchemy.exc import DBAPIError, OperationalError

@@ -13,8 +13,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -40,6 +38,7 @@ from spark_jobs.session import build_session
 from spark_jobs.settings import SINKS
 from tests.conftest import TEST_STACK
 from tests.capture_support import read_topic, unique_pipeline
+from tests.tide_cli import run_tide
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
@@ -338,12 +337,7 @@ def test_stopping_elasticsearch_leaves_redis_and_delta_fresh_and_search_catches_
 
 def _tide(jobs: StackSettings, *args: str) -> str:
     """Run the `tide` command line against this module's pipeline; its output, or fail with it."""
-    overrides = [*TEST_STACK, "state_dir", "pipeline_file", "job_redis_db", "job_trigger_interval"]
-    env = {**os.environ, "COLUMNS": "200", **{f"TIDE_{name.upper()}": str(getattr(jobs, name)) for name in overrides}}
-    result = subprocess.run([sys.executable, "-m", "services.cli", *args], env=env, capture_output=True, text=True,
-                            timeout=900)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return run_tide(jobs, *args, fields=[*TEST_STACK, "pipeline_file", "job_redis_db", "job_trigger_interval"])
 
 
 def _alias_targets(settings: StackSettings, pipeline: PipelineConfig) -> dict[str, list[str]]:
