@@ -23,10 +23,11 @@ def probe(settings: StackSettings) -> str:
     schema_url = f"{url(settings)}/openapi.json"
     try:
         response = httpx.get(schema_url, timeout=2)
-    except httpx.HTTPError as exc:
+        schema = response.json() if response.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError) as exc:  # ValueError: not JSON, so not our app
         raise Unhealthy(f"{schema_url}: {exc}") from exc
-    if response.status_code != 200 or "paths" not in response.json():
-        raise Unhealthy(f"{schema_url} answered {response.status_code}")
+    if "paths" not in schema:
+        raise Unhealthy(f"{schema_url} answered {response.status_code} without an OpenAPI schema")
     return f"{url(settings)} answers"
 
 

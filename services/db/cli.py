@@ -72,21 +72,21 @@ def database_errors(settings: StackSettings) -> Iterator[None]:
         where = f"{host}:{settings.postgres_port}"
         if not process.port_in_use(host, settings.postgres_port):
             raise StackError(
-                f"cannot reach PostgreSQL at {where}: {_first_line(exc.orig)} "
+                f"cannot reach PostgreSQL at {where}: {first_line(exc.orig)} "
                 "— is the stack up? (`tide stack up postgres`)"
             ) from exc
         # Something listens there but said no: wrong credentials, or not our server.
         raise StackError(
-            f"PostgreSQL at {where} refused the connection: {_first_line(exc.orig)} "
+            f"PostgreSQL at {where} refused the connection: {first_line(exc.orig)} "
             "— check TIDE_POSTGRES_USER and TIDE_POSTGRES_PASSWORD in .env (or TIDE_POSTGRES_PORT)"
         ) from exc
     except DBAPIError as exc:
-        raise StackError(f"migration failed: {_first_line(exc.orig)}") from exc
+        raise StackError(f"migration failed: {first_line(exc.orig)}") from exc
     except psycopg.Error as exc:  # from migrations.capture, which talks to psycopg directly
-        raise StackError(f"migration failed: {_first_line(exc)}") from exc
+        raise StackError(f"migration failed: {first_line(exc)}") from exc
     except CommandError as exc:  # e.g. an unknown revision
         raise StackError(f"alembic: {exc}") from exc
 
 
-def _first_line(exc: BaseException | None) -> str:
+def first_line(exc: BaseException | None) -> str:
     return (str(exc).strip().splitlines() or ["(no message)"])[0]

@@ -72,7 +72,7 @@ def up_command(
             lifecycle.up(settings, plan, display)
         except lifecycle.Interrupted as exc:
             display.ended("[yellow]interrupted[/yellow]")
-            what = f"stopped what it had started ({exc})" if exc.stopped else "it had started nothing"
+            what = f"stopped what it had started ({exc})" if exc.stopped else "had started nothing"
             errors.print(f"[red]interrupted:[/red] tide up {what}", highlight=False)
             raise typer.Exit(INTERRUPTED_EXIT) from None
         except Exception:

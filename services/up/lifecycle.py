@@ -19,14 +19,14 @@ import psycopg
 from migrations import capture
 from services.api import server
 from services.connector import registration
-from services.db.cli import database_errors
+from services.db.cli import database_errors, first_line
 from services.demo import workload
 from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from services.stack.catalogue import CATALOGUE
 from services.stack.runner import Report
-from services.stack.service import Service
+from services.stack.service import Service, StackError
 
 # Every process `up` may start, in start order (`down` stops them last first).
 PROCESSES: list[Service] = [*CATALOGUE.values(), driver.SERVICE, server.SERVICE]
@@ -57,15 +57,18 @@ def migrate(settings: StackSettings, report: Report) -> str:
 
 def load_demo(settings: StackSettings, report: Report) -> str:
     """The small fixed demo data set, in one transaction, unless the source already has customers."""
-    with psycopg.connect(postgres.conninfo(settings), autocommit=True) as conn:
-        if conn.execute("SELECT EXISTS (SELECT 1 FROM customers)").fetchone()[0]:
-            return "skipped: customers already has rows"
-        with conn.transaction():
-            workload.seed(conn, random.Random(DEMO_SEED))
-        counts = [
-            f"{conn.execute(f'SELECT count(*) FROM {table}').fetchone()[0]} {table}"
-            for table in ("customers", "products", "orders", "order_items")
-        ]
+    try:
+        with psycopg.connect(postgres.conninfo(settings), autocommit=True) as conn:
+            if conn.execute("SELECT EXISTS (SELECT 1 FROM customers)").fetchone()[0]:
+                return "skipped: customers already has rows"
+            with conn.transaction():
+                workload.seed(conn, random.Random(DEMO_SEED))
+            counts = [
+                f"{conn.execute(f'SELECT count(*) FROM {table}').fetchone()[0]} {table}"
+                for table in ("customers", "products", "orders", "order_items")
+            ]
+    except psycopg.Error as exc:
+        raise StackError(f"the demo data set was not loaded (nothing of it was kept): {first_line(exc)}") from exc
     return "loaded " + ", ".join(counts)
 
 
