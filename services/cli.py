@@ -11,6 +11,7 @@ from services.db.cli import db_app
 from services.jobs.cli import jobs_app, rebuild_app
 from services.stack.cli import stack_app
 from services.status.cli import status_command
+from services.up.cli import down_command, up_command
 from services.verify.cli import verify_command
 
 app = typer.Typer(
@@ -19,6 +20,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.command("up")(up_command)
+app.command("down")(down_command)
 app.add_typer(stack_app, name="stack")
 app.add_typer(db_app, name="db")
 app.add_typer(connector_app, name="connector")

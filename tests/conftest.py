@@ -26,6 +26,7 @@ def stack_ports(band: int) -> dict[str, int]:
         "connect_port": 8083,
         "elasticsearch_port": 9200,
         "elasticsearch_transport_port": 9300,
+        "api_port": 8000,
     }
     return {name: band * 10_000 + port + _PORT_OFFSET for name, port in usual.items()}
 

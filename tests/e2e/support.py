@@ -17,6 +17,8 @@ from services.demo import workload
 from services.settings import StackSettings
 from services.stack import postgres
 from spark_jobs.config import PipelineConfig
+from tests import tide_cli
+from tests.tide_cli import TIDE  # noqa: F401 - re-exported for the e2e modules
 from tests.conftest import TEST_STACK
 
 WORKLOAD_SECONDS = 60
@@ -56,19 +58,18 @@ def write_pipeline(pipeline: PipelineConfig, path: Path) -> None:
     path.write_text(yaml.safe_dump(pipeline.model_dump(by_alias=True, mode="json")))
 
 
-TIDE = (sys.executable, "-m", "services.cli")
+
+
+# The settings that point the `tide` command line at the tests' pipeline and stack.
+E2E_FIELDS = (*TEST_STACK, "pipeline_file", "job_redis_db", "job_trigger_interval")
 
 
 def tide_env(jobs: StackSettings) -> dict[str, str]:
-    """The environment that points the `tide` command line at the tests' pipeline and stack."""
-    overrides = [*TEST_STACK, "state_dir", "pipeline_file", "job_redis_db", "job_trigger_interval"]
-    return {**os.environ, "COLUMNS": "200", **{f"TIDE_{name.upper()}": str(getattr(jobs, name)) for name in overrides}}
+    return tide_cli.tide_env(jobs, E2E_FIELDS)
 
 
 def tide(jobs: StackSettings, *args: str) -> str:
     """Run the `tide` command line against the tests' pipeline; its output, or fail with it."""
-    result = subprocess.run([*TIDE, *args], env=tide_env(jobs), capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return tide_cli.run_tide(jobs, *args, fields=E2E_FIELDS)
 
 
