@@ -1,9 +1,6 @@
 """`tide up` as a new user runs it, on a fresh state folder: the lines it prints are pasted into bash
 as they are (psql with an INSERT typed into it, then curl and redis-cli), and `tide down` leaves
-nothing behind.
-
-It uses the test stack's ports with a state folder of its own, so it first stops the shared test
-stack (it runs last in `make test`) and brings it back only if a later test needs it.
+nothing behind. On ports of its own, so the shared test stack is not disturbed.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ import pytest
 
 from services.stack import process, runner
 from services.up import lifecycle
-from tests.conftest import TEST_STACK
+from tests.conftest import UP_FIELDS
 from tests.tide_cli import run_tide
 from tests.waiting import wait_until
 
@@ -27,20 +24,6 @@ pytestmark = pytest.mark.stack
 # after a start takes over a minute on the 2-core machine.
 SEARCHABLE_S = 60
 WAREHOUSE_S = 300
-
-
-@pytest.fixture
-def fresh(request, stack_settings, tmp_path_factory):
-    """The test stack's ports and a fresh state folder: `tide up` starts everything from nothing."""
-    shared_was_up = any(process.running(runner.pid_file(stack_settings, s)) for s in runner.select())
-    runner.down(stack_settings)  # frees the ports
-    settings = stack_settings.model_copy(update={"state_dir": tmp_path_factory.mktemp("up")})
-    yield settings
-    lifecycle.down(settings, lambda name, state: None)  # whatever a failed test left running
-    process.purge(settings.state_dir)
-    later = request.session.items[request.session.items.index(request.node) + 1:]
-    if shared_was_up and any("stack" in item.fixturenames for item in later):
-        runner.up(stack_settings)
 
 
 def _printed(output: str) -> dict[str, str]:
@@ -73,9 +56,9 @@ def _json(line: str) -> dict:
     return json.loads(_bash(line))
 
 
-def test_tide_up_prints_lines_that_work_as_pasted_and_tide_down_stops_everything(fresh, record_property):
-    settings = fresh
-    output = run_tide(settings, "up", "--demo", fields=TEST_STACK)
+def test_tide_up_prints_lines_that_work_as_pasted_and_tide_down_stops_everything(fresh_stack, record_property):
+    settings = fresh_stack
+    output = run_tide(settings, "up", "--demo", fields=UP_FIELDS)
     assert settings.require_postgres_password() not in output
     printed = _printed(output)
 
@@ -94,7 +77,7 @@ def test_tide_up_prints_lines_that_work_as_pasted_and_tide_down_stops_everything
 
     started = {service.name: process.running(runner.pid_file(settings, service)) for service in lifecycle.PROCESSES}
     assert all(started.values()), started
-    run_tide(settings, "down", fields=TEST_STACK)
+    run_tide(settings, "down", fields=UP_FIELDS)
     assert [name for name, pid in started.items() if process.is_running(pid)] == []
     assert list(settings.run_dir.glob("*.pid")) == []
     assert [port for port in settings.ports().values() if process.port_in_use(settings.host, port)] == []

@@ -1,43 +1,32 @@
 """Ctrl-C during `tide up` stops what that `tide up` started, only that, and says so in one line.
 
-A real `tide up` on a private state folder and ports, interrupted once it has started PostgreSQL
-(the stack step, the first); Redis was started before it and must stay up.
+A real `tide up` on a fresh state folder and ports of its own, interrupted once it has started
+PostgreSQL (the stack step, the first); Redis was started before it and must stay up.
 """
 
 from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 
 import pytest
 
-from services.settings import StackSettings
 from services.stack import process, runner
 from services.stack.catalogue import CATALOGUE
 from services.up import lifecycle
 from services.up.cli import INTERRUPTED_EXIT
-from tests.conftest import stack_ports
-from tests.tide_cli import tide_env
+from tests.conftest import UP_FIELDS
+from tests.tide_cli import TIDE, tide_env
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
 
-PORTS = stack_ports(1)
 
-
-@pytest.fixture
-def settings(tmp_path_factory) -> StackSettings:
-    settings = StackSettings(state_dir=tmp_path_factory.mktemp("up-interrupt"), **PORTS)
-    yield settings
-    lifecycle.down(settings, lambda name, state: None)
-    process.purge(settings.state_dir)
-
-
-def test_ctrl_c_during_up_stops_what_it_started_and_leaves_what_ran_before(settings):
+def test_ctrl_c_during_up_stops_what_it_started_and_leaves_what_ran_before(fresh_stack):
+    settings = fresh_stack
     runner.up(settings, ["redis"])
     redis_before = process.running(runner.pid_file(settings, CATALOGUE["redis"]))
-    up = subprocess.Popen([sys.executable, "-m", "services.cli", "up"], env=tide_env(settings, ["state_dir", *PORTS]),
+    up = subprocess.Popen([*TIDE, "up"], env=tide_env(settings, UP_FIELDS),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         postgres = wait_until(lambda: process.running(runner.pid_file(settings, CATALOGUE["postgres"])), 120,
