@@ -1,10 +1,12 @@
 """The running pipeline the end-to-end modules share: seeded data, a connector of its own, the apply
 driver started the way `tide jobs start` starts it, and a minute of workload. Session-scoped so
-every module reuses one running driver instead of starting its own."""
+every module reuses one running driver instead of starting its own; stopped as soon as no later
+test uses it, so it never outlives its users into a test that takes the stack down (test_up.py)."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import psycopg
 import pytest
@@ -16,14 +18,35 @@ from services.demo import workload
 from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
-from spark_jobs.config import load
+from spark_jobs.config import PipelineConfig, load
 from tests.capture_support import unique_pipeline
 from tests.e2e.support import REDIS_DB, WORKLOAD_SECONDS, Workload, write_pipeline
 from tests.waiting import wait_until
 
 
+@dataclass
+class RunningPipeline:
+    stack: StackSettings
+    jobs: StackSettings
+    pipeline: PipelineConfig
+    writer: Workload
+    stopped: bool = False
+
+    def stop(self) -> None:
+        """Stop the workload and the driver, and remove the connector and its slot (once)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.writer.stop.set()
+        process.stop(runner.pid_file(self.jobs, driver.SERVICE))
+        registration.delete(self.stack, self.pipeline, drop_slot=True)
+
+
+RUNNING = pytest.StashKey[RunningPipeline]()
+
+
 @pytest.fixture(scope="session")
-def run(stack: StackSettings, tmp_path_factory):
+def run(request, stack: StackSettings, tmp_path_factory):
     """Seed data, register the connector, start the driver, run the workload for a minute."""
     migrations.upgrade(stack)
     base = unique_pipeline(load(stack.pipeline_file), "apply")
@@ -52,9 +75,18 @@ def run(stack: StackSettings, tmp_path_factory):
     writer = Workload(stack, seed=12, duration_s=WORKLOAD_SECONDS)
     writer.start()
     wait_until(lambda: writer.done >= 100 or writer.error, 60, "the workload to get going")
+    running = request.session.stash[RUNNING] = RunningPipeline(stack, jobs, pipeline, writer)
     yield jobs, pipeline, writer
-    writer.stop.set()
-    process.stop(runner.pid_file(jobs, driver.SERVICE))
-    registration.delete(stack, pipeline, drop_slot=True)
+    running.stop()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the shared pipeline after the last test that uses it, not at the end of the session."""
+    running = item.session.stash.get(RUNNING, None)
+    if running is None or running.stopped:
+        return
+    later = item.session.items[item.session.items.index(item) + 1:]
+    if not any("run" in getattr(test, "fixturenames", ()) for test in later):
+        running.stop()
 
 
