@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -207,11 +207,11 @@ def plan(name: str, view: AggregateView, cached_tables: set[str], catalogue: Cat
     def resolve(field: str, name: str) -> tuple[Literal["row", "join"], ColumnInfo, str]:
         """`column` of the aggregate's table or `<join table>.column`."""
         table, _, bare = name.rpartition(".")
-        if table and (joined is None or view.join is None or table != view.join.table):
+        if not table:
+            return "row", column(field, row, view.table, name), name
+        if joined is None or view.join is None or table != view.join.table:
             raise fail(field, f"{name}: {table} is not the joined table; declare `join: {{table: {table}, foreign_key: ...}}`")
-        if table:
-            return "join", column(field, joined, table, bare), bare  # type: ignore[arg-type]
-        return "row", column(field, row, view.table, name), name
+        return "join", column(field, joined, table, bare), bare
 
     def terms(field: str, conditions: Where) -> tuple[Term, ...]:
         resolved = []
@@ -270,8 +270,3 @@ def plans(
         if key in keys[:index]:
             raise AggregateConfigError(f"cache_aggregates.{p.name}.key: the same key as an earlier aggregate")
     return resolved
-
-
-def scalar_text(value: Any) -> str:
-    """A group value as the id used in keys and members: like `spark_jobs.merge.doc_id` of one column."""
-    return str(value)

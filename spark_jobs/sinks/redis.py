@@ -6,6 +6,10 @@ truncate watermark) and writing the row happen atomically per key: two
 executors applying different versions of one row can never interleave a read
 and a write. Scripts are sent as EVALSHA calls pipelined in chunks, so a
 partition costs a handful of round trips, not one per row.
+
+The same scripts keep the declared aggregates (`cache_aggregates`): a row's old
+contribution out, its new one in, in the step that changes the row, so a change
+the version guard rejects (a replay) never moves a figure (docs/sinks/redis.md).
 """
 
 from __future__ import annotations
