@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, AggregateView, Catalogue, plans
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "pipeline.yaml"
 
@@ -69,6 +72,8 @@ class TableConfig(_Strict):
 class PipelineConfig(_Strict):
     source: SourceConfig = SourceConfig()
     tables: dict[Identifier, TableConfig]
+    # Derived aggregates the cache keeps in Redis (spark_jobs/aggregates.py, docs/sinks/redis.md).
+    cache_aggregates: dict[Identifier, AggregateView] = {}
 
     @field_validator("tables")
     @classmethod
@@ -76,6 +81,18 @@ class PipelineConfig(_Strict):
         if not tables:
             raise ValueError("name at least one table to capture")
         return tables
+
+    @model_validator(mode="after")
+    def _aggregates_match_the_schema(self) -> PipelineConfig:
+        try:
+            self.aggregate_plans()
+        except AggregateConfigError as exc:
+            raise PydanticCustomError("aggregate", str(exc)) from exc  # the message alone, on one line
+        return self
+
+    def aggregate_plans(self, catalogue: Catalogue | None = None) -> list[AggregatePlan]:
+        cached = {table for table, views in self.tables.items() if views.cache is not None}
+        return plans(self.cache_aggregates, cached, catalogue)
 
     def qualified_tables(self) -> list[str]:
         return [f"{self.source.schema_name}.{table}" for table in self.tables]

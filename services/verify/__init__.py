@@ -26,6 +26,7 @@ from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.stack import postgres
 from services.verify import readers
+from services.verify.aggregates import cache_figures, source_figures
 from services.verify.readers import VerifyError
 from services.verify.reconcile import (
     Canonicaliser,
@@ -35,6 +36,7 @@ from services.verify.reconcile import (
     compare,
     spill,
 )
+from spark_jobs.aggregates import AggregatePlan
 from spark_jobs.config import PipelineConfig, load
 from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS, SinkName
@@ -144,7 +146,34 @@ def reconcile_views(
                 if on_outcome:
                     on_outcome(outcome)
             source.remove()
+        for aggregate in aggregates_to_verify(pipeline, plan):
+            outcome = _aggregate_outcome(aggregate, conn, targets, pipeline, Path(scratch), examples)
+            outcomes.append(outcome)
+            if on_outcome:
+                on_outcome(outcome)
     return outcomes
+
+
+def aggregates_to_verify(pipeline: PipelineConfig, plan: list[tuple[str, list[SinkName]]]) -> list[AggregatePlan]:
+    """The cache's aggregates over any table whose cache view is being verified."""
+    cached = {table for table, wanted in plan if "cache" in wanted}
+    return [aggregate for aggregate in pipeline.aggregate_plans() if cached & set(aggregate.tables)]
+
+
+def _aggregate_outcome(
+    aggregate: AggregatePlan, conn: psycopg.Connection, targets: Targets, pipeline: PipelineConfig,
+    scratch: Path, examples: int,
+) -> Outcome:
+    """An aggregate is compared like a table: group id for doc id, its figures for the row."""
+    folder = scratch / "aggregates" / aggregate.name
+    buckets = 16
+    source = spill(source_figures(conn, aggregate, pipeline.source.schema_name), folder / "source", buckets)
+    cache = spill(cache_figures(targets.redis_url, aggregate, targets.redis_prefix), folder / "cache", buckets)
+    try:
+        return _outcome(f"aggregate:{aggregate.name}", "cache", source, cache, examples)
+    finally:
+        source.remove()
+        cache.remove()
 
 
 def selection(

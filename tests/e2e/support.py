@@ -15,14 +15,22 @@ import yaml
 
 from services.demo import workload
 from services.settings import StackSettings
+from services.jobs import lag
 from services.stack import postgres
+from services.verify import verify
 from spark_jobs.config import PipelineConfig
+from spark_jobs.settings import SINKS
 from tests import tide_cli
 from tests.tide_cli import TIDE  # noqa: F401 - re-exported for the e2e modules
 from tests.conftest import TEST_STACK
+from tests.waiting import wait_until
 
 WORKLOAD_SECONDS = 60
 REDIS_DB = 3  # the apply jobs' Redis database on the shared test stack
+# The issue asks for convergence within 60 s of the writer stopping; on this 2-core machine the
+# warehouse (Delta MERGE, 56-128 s per large batch measured) takes longer: see docs/apply.md.
+# The deadline asserts convergence, not the 60 s target.
+CONVERGE_S = 420
 
 
 class Workload(threading.Thread):
@@ -73,3 +81,38 @@ def tide(jobs: StackSettings, *args: str) -> str:
     return tide_cli.run_tide(jobs, *args, fields=E2E_FIELDS)
 
 
+def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float, sinks=SINKS) -> None:
+    """Wait until each of `sinks`' queries has committed past the end of its topics as of now.
+
+    Cheap (checkpoint files and Kafka end offsets), so the pipeline is not slowed by the test."""
+    topics = [pipeline.topic(table) for table in pipeline.tables]
+    ends = lag.end_offsets(jobs, topics)
+
+    def behind() -> dict[str, int]:
+        return {
+            sink: lag.records_behind(lag.committed_offsets(jobs.state_dir / "checkpoints" / sink), ends)
+            for sink in sinks
+        }
+
+    try:
+        wait_until(lambda: not any(behind().values()), timeout, "every sink's query past the end of its topics")
+    except AssertionError as exc:
+        now = lag.end_offsets(jobs, topics)
+        committed = {sink: lag.committed_offsets(jobs.state_dir / "checkpoints" / sink) for sink in sinks}
+        raise AssertionError(f"{exc}; behind: {behind()}; ends then {ends}, now {now}; committed {committed}") from None
+
+
+def converged(settings, pipeline, spark, timeout=None, tables=None, sinks=SINKS) -> None:
+    """Caught up with the topics, then verify clean (PostgreSQL as the oracle). `spark` may be None
+    when the warehouse is not among `sinks`."""
+    caught_up(settings, pipeline, timeout or CONVERGE_S, sinks)
+    last: list = []
+
+    def clean() -> bool:
+        last[:] = verify(settings, pipeline=pipeline, spark=spark, tables=tables, sinks=sinks)
+        return not last
+
+    try:
+        wait_until(clean, 60, "every view to equal PostgreSQL (tide verify clean)", interval=5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; divergences: {last[:10]}") from None
