@@ -76,6 +76,7 @@ def _phase(bench: Bench, probe: FreshnessProbe, rate: float, options: dict, lag_
         "to_s": ended,
         "load": report.as_dict(),
         "source_row_changes_per_s": round((row_changes(bench) - changes) / (ended - began), 1),
+        "components": bench.sampler.summary(began, ended) if bench.sampler else {},
     }
 
 

@@ -61,13 +61,15 @@ def children_by_parent() -> dict[int, list[int]]:
     return tree
 
 
-def process_tree(pid: int, tree: dict[int, list[int]]) -> list[int]:
-    """`pid` and all its descendants (postgres' backends, the JVM a Python driver launched)."""
+def process_tree(pid: int, tree: dict[int, list[int]], stop_at: Iterable[int] = ()) -> list[int]:
+    """`pid` and all its descendants (postgres' backends, the JVM a Python driver launched), except
+    the subtrees rooted at `stop_at` (other components: the stack's services are children of `tide`)."""
+    skip = set(stop_at) - {pid}
     found, pending = [], [pid]
     while pending:
         current = pending.pop()
         found.append(current)
-        pending.extend(tree.get(current, ()))
+        pending.extend(child for child in tree.get(current, ()) if child not in skip)
     return found
 
 
@@ -113,8 +115,9 @@ class ProcessSampler(threading.Thread):
     def sample(self) -> None:
         now = time.monotonic()
         tree = children_by_parent()
-        for name, pid in self.roots().items():
-            cpu, rss = cpu_and_rss(process_tree(pid, tree))
+        roots = self.roots()
+        for name, pid in roots.items():
+            cpu, rss = cpu_and_rss(process_tree(pid, tree, stop_at=roots.values()))
             last_at, last_cpu = self._last.get(name, (now, cpu))
             busy = 100 * (cpu - last_cpu) / (now - last_at) if now > last_at else 0.0
             self._last[name] = (now, cpu)

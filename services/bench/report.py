@@ -79,11 +79,11 @@ def ceiling_line(ceiling: dict) -> str:
             f"({ceiling['test_decoding']['row_changes_per_s']:,} /s).")
 
 
-def components_lines(result: dict) -> list[str]:
-    lines = [_row("component", "mean CPU % of a core", "peak CPU %", "peak RSS MiB"), _row(*["---"] * 4)]
-    for name, c in sorted(result.get("components", {}).items()):
+def components_lines(components: dict, title: str) -> list[str]:
+    lines = [_row(title, "mean CPU % of a core", "peak CPU %", "peak RSS MiB"), _row(*["---"] * 4)]
+    for name, c in sorted(components.items()):
         lines.append(_row(name, c["cpu_mean_percent"], c["cpu_peak_percent"], c["rss_peak_mb"]))
-    return lines
+    return lines + [""]
 
 
 def markdown(result: dict) -> str:
@@ -102,7 +102,10 @@ def markdown(result: dict) -> str:
                   "row changes/s written."]
     if "ceiling" in data:
         lines += ["", ceiling_line(data["ceiling"])]
-    lines += ["", *components_lines(result), "", verify_line(result), ""]
+    lines.append("")
+    for phase in data.get("phases", []):  # freshness: CPU while each rate ran
+        lines += components_lines(phase["components"], f"component, during {phase['label']}")
+    lines += [*components_lines(result.get("components", {}), "component, whole run"), verify_line(result), ""]
     return "\n".join(lines)
 
 

@@ -76,3 +76,17 @@ def test_same_seed_on_one_connection_gives_the_same_data(new_demo_db):
         runs.append(_contents(conninfo))
     assert runs[0] == runs[1]
     assert len(runs[0]) > 50
+
+
+def test_the_workload_never_deletes_a_probe_customer(new_demo_db):
+    conninfo = _seeded(new_demo_db(), seed=7)
+    rnd = random.Random(7)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        probe = conn.execute(
+            "INSERT INTO customers (email, name) VALUES (%s, 'probe') RETURNING id", (f"m1@{workload.PROBE_DOMAIN}",)
+        ).fetchone()[0]
+        unused = conn.execute("SELECT count(*) FROM customers c WHERE NOT EXISTS "
+                              "(SELECT 1 FROM orders o WHERE o.customer_id = c.id)").fetchone()[0]
+        deleted = [workload.delete_unused(conn, rnd) for _ in range(6 * unused)].count("delete customer")
+        assert deleted == unused - 1  # every unused customer but the probe went
+        assert conn.execute("SELECT count(*) FROM customers WHERE id = %s", (probe,)).fetchone()[0] == 1

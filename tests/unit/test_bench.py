@@ -54,6 +54,11 @@ def test_process_tree_finds_descendants():
     assert sorted(measure.process_tree(1, tree)) == [1, 2, 3, 4]
 
 
+def test_process_tree_leaves_out_other_components_subtrees():
+    tree = {1: [2, 3], 2: [4]}
+    assert sorted(measure.process_tree(1, tree, stop_at=[1, 2])) == [1, 3]
+
+
 def test_this_process_uses_cpu_and_memory_as_proc_reports():
     cpu_before, rss = measure.cpu_and_rss([os.getpid()])
     sum(i * i for i in range(2_000_000))  # burn some CPU
