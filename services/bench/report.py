@@ -13,7 +13,7 @@ def machine_table(result: dict) -> list[str]:
     machine, versions, knobs = result["machine"], result["versions"], result["knobs"]
     during = [entry[1] for entry in result.get("load_during", [])]
     others = {p["command"].split()[0].rsplit("/", 1)[-1] + " " + _worktree(p["command"])
-              for entry in result.get("other_processes_during", []) for p in entry["busiest"] if p["cpu_percent"] >= 20}
+              for entry in result.get("other_processes_during", []) for p in entry["busiest"] if p["cpu_percent"] >= 5}
     return [
         _row("machine", f"{machine['cores']} cores ({machine['cpu_model']}), {machine['memory_gib']} GiB, "
                         f"Linux {machine['kernel']}, Python {machine['python']}"),
@@ -21,7 +21,7 @@ def machine_table(result: dict) -> list[str]:
         _row("knobs", ", ".join(f"{name}={value}" for name, value in knobs.items())),
         _row("load average (1 min)", f"before {result['load_before']['loadavg'][0]}, during "
              + (f"{min(during)}–{max(during)}" if during else "not sampled") + f", after {result['load_after'][0]}"),
-        _row("other busy processes during the run (≥ 20% of a core)", "; ".join(sorted(others)) or "none seen"),
+        _row("other busy processes seen during the run (≥ 5% of a core over 2 s)", "; ".join(sorted(others)) or "none seen"),
         _row("wall time", f"{result['wall_s']:.0f} s"),
     ]
 

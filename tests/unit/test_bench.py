@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.bench import core, freshness, measure, plots, snapshot, throughput
+from services.bench import core, freshness, measure, plots, report, snapshot, throughput
 from services.bench.cli import parse_rates
 from services.demo.load import LoadReport, Pacer, workers_for
 
@@ -205,3 +205,29 @@ def test_each_scenario_plots_pngs_from_its_json_result(tmp_path):
 def test_cdf_points_rise_to_one():
     xs, ys = plots.cdf_points([3.0, 1.0, 2.0])
     assert xs == [1.0, 2.0, 3.0] and ys == pytest.approx([1 / 3, 2 / 3, 1.0])
+
+
+def test_summary_markdown_describes_the_machine_its_load_the_numbers_and_verify():
+    result = {
+        "scenario": "freshness", "started_at": "2026-11-22T12:00:00+00:00", "wall_s": 600.0,
+        "machine": {"cores": 2, "cpu_model": "Xeon", "memory_gib": 23.5, "kernel": "6.1", "python": "3.11.7"},
+        "versions": {"postgresql": "15"}, "knobs": {"job_trigger_interval": "2 seconds"},
+        "load_before": {"loadavg": [3.0, 2.0, 1.0]}, "load_after": [4.0, 3.0, 2.0],
+        "load_during": [[10.0, 5.5, 4.0, 3.0], [20.0, 7.25, 5.0, 3.0]],
+        "other_processes_during": [{"at": 15.0, "busiest": [
+            {"pid": 9, "cpu_percent": 88.0, "command": "/usr/bin/java -cp /work/wt-history/.venv/x"}]}],
+        "results": {"phases": [{
+            "label": "100/s", "rate": 100.0, "load": {"achieved_rate": 99.5}, "source_row_changes_per_s": 180.0,
+            "delay_s": {"search": {"count": 3, "p50": 1.5, "p95": 2.0, "p99": 2.1, "max": 2.2}},
+            "markers_never_seen": {"search": 0}, "components": {},
+        }]},
+        "components": {"jobs": {"cpu_mean_percent": 80.0, "cpu_peak_percent": 150.0, "rss_peak_mb": 2000.0}},
+        "verify": {"clean": True, "seconds": 30.0, "views": [{"table": "customers", "sink": "search", "divergences": {}}]},
+    }
+    text = report.markdown(result)
+    assert "| machine | 2 cores (Xeon), 23.5 GiB" in text
+    assert "before 3.0, during 5.5–7.25, after 4.0" in text
+    assert "java (wt-history)" in text
+    assert "| 100.0 | 99.5 | 180.0 | search | 3 | 1.5 | 2.0 | 2.1 | 2.2 | 0 |" in text
+    assert "| jobs | 80.0 | 150.0 | 2000.0 |" in text
+    assert "tide verify: clean (1 views" in text
