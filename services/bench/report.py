@@ -92,7 +92,8 @@ def markdown(result: dict) -> str:
     if scenario == "freshness":
         lines += freshness_lines(data)
     elif scenario == "snapshot":
-        lines += [f"{data['rows']:,} products, {data['source']['description_mean_bytes']} B mean description, "
+        lines += [f"{data['rows']:,} rows ({data['products_written']:,} products written, the rest the demo seed), "
+                  f"{data['source']['description_mean_bytes']} B mean description, "
                   f"{data['source']['table_bytes'] / 2**20:,.0f} MiB in PostgreSQL; jobs running "
                   f"{data['jobs_ready_s']} s after the connector was registered.", "", *snapshot_lines(data)]
     elif scenario == "throughput":

@@ -188,7 +188,7 @@ def test_each_scenario_plots_pngs_from_its_json_result(tmp_path):
     delays = {"search": [[1.0, 1.2], [2.0, 0.9]], "cache": [[1.0, 0.5]], "warehouse": []}
     results = {
         freshness: {"phases": [{"label": "100/s", "delays": delays}, {"label": "1000/s", "delays": delays}]},
-        snapshot: {"rows": 100, "progress": [[0, 0, 0, 0, 0], [2, 100, 50, 60, 10], [4, 100, 100, 100, 100]]},
+        snapshot: {"rows": 100, "products_written": 90, "progress": [[0, 0, 0, 0, 0], [2, 100, 50, 60, 10], [4, 100, 100, 100, 100]]},
         throughput: {"steps": [
             {"captured_per_s": 100.0, "applied_per_s": {"search": 100.0, "cache": 100.0, "warehouse": 90.0}},
             {"captured_per_s": 400.0, "applied_per_s": {"search": 380.0, "cache": 400.0, "warehouse": 150.0}},
