@@ -290,7 +290,11 @@ def run_scenario(scenario, settings: StackSettings, out_dir: Path, options: dict
         with sampled(bench) as sampler:
             result["results"] = scenario.run(bench)
             # A scenario without the sinks (baseline) checks its own result instead.
-            result["verify"] = scenario.check(bench, result["results"]) if hasattr(scenario, "check") else bench.verify()
+            try:
+                result["verify"] = (scenario.check(bench, result["results"]) if hasattr(scenario, "check")
+                                    else bench.verify())
+            except Exception as exc:  # noqa: BLE001 - the measurements stay a (failed) result, written below
+                result["verify"] = {"clean": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
             result["components"] = sampler.summary()
             result["component_series"] = sampler.series()
     finally:

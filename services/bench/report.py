@@ -36,6 +36,8 @@ def _worktree(command: str) -> str:
 
 def verify_line(result: dict) -> str:
     check = result["verify"]
+    if "error" in check:
+        return f"verify could not run: {check['error']}"
     if "views" not in check:
         return f"check: {'clean' if check['clean'] else 'FAILED'} ({check})"
     bad = [f"{v['table']}→{v['sink']} {v['divergences']}" for v in check["views"] if v["divergences"]]
