@@ -98,30 +98,11 @@ class Bench:
         with self.connect() as conn:
             workload.seed(conn, random.Random(self.options.get("seed", 1)), customers=500, products=100, orders=500)
 
-    def create_topics(self) -> None:
-        """Every captured table's topic, as the connector would create it (compacted, `source.partitions`).
-
-        Debezium creates a topic when it writes the table's first record: during a long snapshot the
-        last tables' topics do not exist yet, and the jobs stop on a subscribed topic that does not exist.
-        """
-        from kafka.admin import KafkaAdminClient, NewTopic
-
-        admin = KafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
-        try:
-            admin.create_topics([
-                NewTopic(topic, num_partitions=self.pipeline.source.partitions, replication_factor=1,
-                         topic_configs={"cleanup.policy": "compact"})
-                for topic in self.topics()
-            ])
-        finally:
-            admin.close()
-
     def capture_and_apply(self) -> None:
         """Register the connector (initial snapshot, then streaming) and start the Spark jobs."""
         from services.connector import registration
 
-        self.create_topics()
-        registration.apply(self.settings, self.pipeline)
+        registration.apply(self.settings, self.pipeline)  # also creates every change topic first
         self.say("connector running; starting the apply jobs")
         runner.start_and_wait(self.settings, [driver.SERVICE], report=lambda name, state: self.say(f"  {name}: {state}"))
 

@@ -120,8 +120,30 @@ def apply(settings: StackSettings, pipeline: PipelineConfig, wait_s: float = 60.
             if problems:
                 raise ConnectError(f"Kafka Connect rejected the connector config: {' | '.join(problems)}")
             capture.apply(conn, settings, pipeline)
+        create_change_topics(settings, pipeline)
         api.put_config(pipeline.source.connector, config)
         return wait_running(api, pipeline.source.connector, wait_s)
+
+
+def create_change_topics(settings: StackSettings, pipeline: PipelineConfig) -> list[str]:
+    """Create every captured table's topic that does not exist yet, as the connector would (compacted,
+    `source.partitions`); returns those created. Debezium creates a topic only with the table's first
+    record, so an empty table, or the last tables of a long snapshot, would have none, and a Spark
+    query subscribed to a missing topic stops at start-up."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    try:
+        missing = [topic for topic in map(pipeline.topic, pipeline.tables) if topic not in set(admin.list_topics())]
+        if missing:
+            admin.create_topics([
+                NewTopic(topic, num_partitions=pipeline.source.partitions, replication_factor=1,
+                         topic_configs={"cleanup.policy": "compact"})
+                for topic in missing
+            ])
+    finally:
+        admin.close()
+    return missing
 
 
 def wait_running(api: ConnectApi, name: str, wait_s: float) -> dict[str, Any]:

@@ -430,3 +430,23 @@ def test_excluding_a_key_or_unknown_column_is_refused_and_registers_nothing(stac
     with pytest.raises(StackError, match=problem):
         registration.apply(stack, pipeline)
     assert not _registered(stack, pipeline.source.connector)
+
+
+def test_change_topics_are_created_compacted_before_any_record_and_only_once(stack):
+    """A Spark query subscribed to a topic Debezium has not created yet (an empty table) would stop."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    pipeline = unique_pipeline(load(stack.pipeline_file), "topics")
+    topics = [pipeline.topic(table) for table in pipeline.tables]
+    assert registration.create_change_topics(stack, pipeline) == topics
+    assert registration.create_change_topics(stack, pipeline) == []
+    admin = KafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
+    try:
+        partitions = {t["name"] if "name" in t else t["topic"]: len(t["partitions"]) for t in admin.describe_topics(topics)}
+        assert partitions == dict.fromkeys(topics, pipeline.source.partitions)
+        configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics])
+        policies = {name: str(values.get("cleanup.policy")) for name, values in next(iter(configs.values())).items()}
+        assert all("compact" in policy for policy in policies.values()) and set(policies) == set(topics), policies
+    finally:
+        admin.delete_topics(topics)
+        admin.close()
