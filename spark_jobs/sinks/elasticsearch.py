@@ -228,6 +228,10 @@ def below(watermark: Version) -> dict[str, Any]:
     ]}}
 
 
+# A nested view's index starts with its reference list only; fields follow the flat indices' mappings.
+_NESTED_PROPERTIES = {"tl_refs": {"type": "keyword"}}
+
+
 # ---- the sink -----------------------------------------------------------------------------------
 
 
@@ -242,11 +246,14 @@ class ElasticsearchSink:
     name = "search"
 
     def __init__(self, url: str, pipeline: PipelineConfig, bulk_size: int = 1000,
-                 targets: dict[str, str] | None = None, shards: int = 1, replicas: int = 0) -> None:
+                 targets: dict[str, str] | None = None, shards: int = 1, replicas: int = 0,
+                 nested_targets: dict[str, str] | None = None) -> None:
         self.url = url
         self.pipeline = pipeline
         self.bulk_size = bulk_size
         self.targets = dict(targets or {})
+        # Nested views (by index name) to write into a physical index instead of their alias.
+        self.nested_targets = dict(nested_targets or {})
         # One node here: 1 shard, no replicas. A cluster raises both (configuration, not code).
         self.shards = shards
         self.replicas = replicas
@@ -261,7 +268,8 @@ class ElasticsearchSink:
         return config.search.index or table
 
     def aliases(self) -> list[str]:
-        return [alias for table in self.pipeline.tables if (alias := self.alias(table))]
+        """Every alias this sink writes: the tables' flat indices, then the nested views."""
+        return [alias for table in self.pipeline.tables if (alias := self.alias(table))] + list(self.pipeline.nested)
 
     def target(self, table: str) -> str:
         return self.targets.get(table) or self.alias(table)  # type: ignore[return-value]
@@ -298,7 +306,8 @@ class ElasticsearchSink:
                     _create(es, side, settings=self._settings(), mappings=_SIDE_MAPPING)
             for alias in self.aliases():
                 if not es.indices.exists_alias(name=alias):
-                    mappings = {"dynamic": False, "properties": dict(_META_PROPERTIES)}
+                    nested = alias in self.pipeline.nested
+                    mappings = {"dynamic": False, "properties": _NESTED_PROPERTIES if nested else dict(_META_PROPERTIES)}
                     _create(es, f"{alias}-v1", settings=self._settings(), mappings=mappings)
                     es.indices.put_alias(index=f"{alias}-v1", name=alias)
 
@@ -398,6 +407,26 @@ class ElasticsearchSink:
             else:
                 raise ElasticsearchSinkError(f"bulk item failed with {result['status']}: {error}")
         return [c for key, c in retry.items() if key not in refused], list(refused.values())
+
+    # -- nested views (driver, after a batch's flat writes)
+
+    def finish_batch(self, truncates: Sequence[Change], rows: Any) -> int:
+        """Bring every nested view up to date with the batch just written flat (`rows` is the batch's
+        RDD of changes; only the small lookups it implies reach the driver). Returns documents written."""
+        if not self.pipeline.nested:
+            return 0
+        from spark_jobs.sinks import nested
+
+        views = self.pipeline.nested
+        touched = [touch for change in truncates for touch in nested.touches(views, change)]
+        touched += rows.flatMap(lambda change: nested.touches(views, change)).collect()
+        written = 0
+        with self._client() as es:
+            for name, view in views.items():
+                target = self.nested_targets.get(name, name)
+                index = nested.NestedIndex(es, view, target, self.target, self.bulk_size)
+                written += index.apply(touch for touch in touched if touch.view == name)
+        return written
 
     # -- mappings
 
