@@ -420,9 +420,16 @@ class ElasticsearchSink:
         views = self.pipeline.nested
         touched = [touch for change in truncates for touch in nested.touches(views, change)]
         touched += rows.flatMap(lambda change: nested.touches(views, change)).collect()
+        return self.update_nested(touched)
+
+    def update_nested(self, touched: Sequence[Any]) -> int:
+        """Rebuild the nested documents these touches (`nested.touches` of changes already written
+        flat) reach; returns how many documents were written or deleted."""
+        from spark_jobs.sinks import nested
+
         written = 0
         with self._client() as es:
-            for name, view in views.items():
+            for name, view in self.pipeline.nested.items():
                 target = self.nested_targets.get(name, name)
                 index = nested.NestedIndex(es, view, target, self.target, self.bulk_size)
                 written += index.apply(touch for touch in touched if touch.view == name)
