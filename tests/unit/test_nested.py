@@ -196,3 +196,56 @@ def test_the_mapping_follows_the_flat_indices_with_children_nested():
             "product": {"type": "object", "properties": {"sku": {"type": "keyword"}}}}},
         REFS: {"type": "keyword"},
     }
+
+
+# ---- verify: canonical documents and the SQL join ------------------------------------------------------
+
+from decimal import Decimal  # noqa: E402
+
+from services.verify.nested import canonical, join_query  # noqa: E402
+from services.verify.reconcile import Canonicaliser, Column, TableShape  # noqa: E402
+
+SHAPES = {
+    "orders": TableShape("public", "orders", (Column("id", "int8"), Column("customer_id", "int8"),
+                                              Column("status", "order_status"), Column("total", "numeric", scale=2),
+                                              Column("created_at", "timestamptz"), Column("updated_at", "timestamptz")),
+                         ("id",)),
+    "customers": TableShape("public", "customers", (Column("id", "int8"), Column("name", "text"),
+                                                    Column("email", "text"), Column("country", "bpchar")), ("id",)),
+    "order_items": TableShape("public", "order_items", (Column("order_id", "int8"), Column("line_no", "int4"),
+                                                        Column("product_id", "int8"), Column("quantity", "int4"),
+                                                        Column("unit_price", "numeric", scale=2)),
+                              ("order_id", "line_no")),
+    "products": TableShape("public", "products", (Column("id", "int8"), Column("name", "text"),
+                                                  Column("sku", "text")), ("id",)),
+}
+CANONS = {table: Canonicaliser(shape) for table, shape in SHAPES.items()}
+
+
+def test_a_search_document_and_the_sql_join_of_the_same_rows_are_canonically_equal():
+    from_search = {"id": 7, "status": "paid", "total": "12.50", "created_at": "2026-01-02T03:04:05.000001Z",
+                   "updated_at": None, "customer": {"id": 3, "name": "Ann", "email": "a@x", "country": "NL"},
+                   "items": [{"line_no": 1, "quantity": 2, "unit_price": "1.00", "product": None},
+                             {"line_no": 2, "quantity": 1, "unit_price": "3.10",
+                              "product": {"id": 5, "name": "Mug", "sku": "M"}}],
+                   REFS: ["orders:7"]}
+    from_sql = {"id": 7, "status": "paid", "total": Decimal("12.5"), "created_at": "2026-01-02T03:04:05.000001+00:00",
+                "updated_at": None, "customer": {"id": 3, "name": "Ann", "email": "a@x", "country": "NL"},
+                "items": [{"line_no": 2, "quantity": 1, "unit_price": Decimal("3.1"),
+                           "product": {"id": 5, "name": "Mug", "sku": "M"}},
+                          {"line_no": 1, "quantity": 2, "unit_price": Decimal("1.00"), "product": None}]}
+    assert canonical(VIEW, CANONS, from_search) == canonical(VIEW, CANONS, from_sql)
+    renamed = {**from_sql, "customer": {**from_sql["customer"], "name": "Bo"}}
+    assert canonical(VIEW, CANONS, from_search) != canonical(VIEW, CANONS, renamed)
+    assert canonical(VIEW, CANONS, {**from_search, "items": from_search["items"][:1]}) != \
+        canonical(VIEW, CANONS, from_sql)
+
+
+def test_the_sql_join_nests_parents_as_objects_and_children_as_aggregates():
+    text = join_query("public", VIEW, SHAPES).as_string(None)
+    assert text.startswith("SELECT jsonb_build_object('id', \"t0\".\"id\"), jsonb_build_object('id', \"t0\".\"id\"")
+    assert "(SELECT jsonb_build_object('id', \"t1\".\"id\", 'name', \"t1\".\"name\"" in text
+    assert "FROM \"public\".\"customers\" \"t1\" WHERE \"t1\".\"id\" = \"t0\".\"customer_id\")" in text
+    assert "COALESCE((SELECT jsonb_agg(jsonb_build_object('line_no'" in text
+    assert "WHERE \"t2\".\"order_id\" = \"t0\".\"id\"), '[]'::jsonb)" in text
+    assert "\"t3\".\"id\" = \"t2\".\"product_id\"" in text
