@@ -16,6 +16,7 @@ and re-decided.
 from __future__ import annotations
 
 import base64
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from hashlib import sha256
 from itertools import islice
+from time import monotonic
 from typing import Any
 
 from elasticsearch import BadRequestError, ConflictError, Elasticsearch, helpers
@@ -32,6 +34,8 @@ from spark_jobs.changes import Change, ColumnType
 from spark_jobs.config import PipelineConfig
 from spark_jobs.merge import MAX_ID_BYTES, Version, doc_id
 from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR, Rejected
+
+log = logging.getLogger("tideline.search")
 
 # Side indices shared by every table: a deleted row's version, and each table's truncate version.
 TOMBSTONES = "tideline-tombstones"
@@ -430,9 +434,15 @@ class ElasticsearchSink:
         written = 0
         with self._client() as es:
             for name, view in self.pipeline.nested.items():
+                mine = [touch for touch in touched if touch.view == name]
+                if not mine:
+                    continue
+                started = monotonic()
                 target = self.nested_targets.get(name, name)
-                index = nested.NestedIndex(es, view, target, self.target, self.bulk_size)
-                written += index.apply(touch for touch in touched if touch.view == name)
+                done = nested.NestedIndex(es, view, target, self.target, self.bulk_size).apply(mine)
+                log.info("nested %s: %d touches, %d documents written in %.0f ms",
+                         target, len(mine), done, (monotonic() - started) * 1000)
+                written += done
         return written
 
     # -- mappings
