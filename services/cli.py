@@ -10,6 +10,8 @@ from services.connector.snapshot import capture_ops_app
 from services.db.cli import db_app
 from services.jobs.cli import jobs_app, rebuild_app
 from services.stack.cli import stack_app
+from services.status.cli import status_command
+from services.up.cli import down_command, up_command
 from services.verify.cli import verify_command
 
 app = typer.Typer(
@@ -18,6 +20,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.command("up")(up_command)
+app.command("down")(down_command)
 app.add_typer(stack_app, name="stack")
 app.add_typer(db_app, name="db")
 app.add_typer(connector_app, name="connector")
@@ -26,6 +30,7 @@ app.add_typer(capture_ops_app)
 app.add_typer(rebuild_app)
 app.command("verify")(verify_command)
 app.command("api")(api_command)
+app.command("status")(status_command)
 
 if __name__ == "__main__":
     app()

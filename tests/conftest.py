@@ -26,11 +26,16 @@ def stack_ports(band: int) -> dict[str, int]:
         "connect_port": 8083,
         "elasticsearch_port": 9200,
         "elasticsearch_transport_port": 9300,
+        "api_port": 8000,
     }
     return {name: band * 10_000 + port + _PORT_OFFSET for name, port in usual.items()}
 
 
 TEST_STACK = {"state_dir": PROJECT_ROOT / ".tideline" / "test", **stack_ports(2)}
+# Ports of a stack that `tide up` starts from nothing in a test (band 1, below the ephemeral range).
+UP_PORTS = stack_ports(1)
+# The settings a `tide` subprocess needs to act on that stack (as TIDE_* variables).
+UP_FIELDS = ["state_dir", *UP_PORTS]
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +53,16 @@ def stack(stack_settings: StackSettings) -> StackSettings:
     yield stack_settings
     if not already_up:
         runner.down(stack_settings)
+
+
+@pytest.fixture
+def fresh_stack(tmp_path_factory) -> StackSettings:
+    """An empty state folder on ports of its own (UP_PORTS), for a test that runs `tide up` itself;
+    the shared test stack and the session's pipeline on it keep running. Afterwards everything
+    `tide up` can start is stopped and the folder is deleted."""
+    from services.up import lifecycle  # here: most tests never need the whole CLI
+
+    settings = StackSettings(state_dir=tmp_path_factory.mktemp("up"), **UP_PORTS)
+    yield settings
+    lifecycle.down(settings, lambda name, state: None)
+    process.purge(settings.state_dir)

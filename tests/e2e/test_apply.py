@@ -1,8 +1,8 @@
 """The apply jobs end to end: PostgreSQL → Debezium → Kafka → Spark driver → Elasticsearch, Redis, Delta.
 
 A real driver process (`python -m spark_jobs`, started the way `tide jobs start`
-starts it) applies a connector of this module's own (own slot, topics, index
-names, Redis database, warehouse and checkpoints), while a seeded workload
+starts it; the `run` fixture in conftest.py) applies a connector of the tests' own (own slot,
+topics, index names, Redis database, warehouse and checkpoints), while a seeded workload
 writes to every demo table. `tide verify` (PostgreSQL as the oracle) decides.
 """
 
@@ -10,80 +10,37 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
-import subprocess
-import sys
-import threading
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
 import redis
-import yaml
 from kafka import KafkaProducer
 
-import migrations
-from services.connector import registration, snapshot
-from services.demo import workload
+from services.connector import snapshot
 from services.jobs import dlq, driver, lag
 from services.settings import StackSettings
 from services.stack import jars, postgres, process, runner
 from services.verify import verify
-from spark_jobs.config import PipelineConfig, load
+from spark_jobs.config import PipelineConfig
 from spark_jobs.merge import doc_id
 from spark_jobs.session import build_session
 from spark_jobs.settings import SINKS
-from tests.conftest import TEST_STACK
-from tests.capture_support import read_topic, unique_pipeline
+from tests.capture_support import read_topic
+from tests.e2e.support import REDIS_DB, Workload, tide
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
 
-WORKLOAD_SECONDS = 60
 # The issue asks for convergence within 60 s of the writer stopping; on this 2-core machine the
 # warehouse (Delta MERGE, 56-128 s per large batch measured) takes longer: see docs/apply.md.
 # The deadline asserts convergence, not the 60 s target.
 CONVERGE_S = 420
-REDIS_DB = 3
 ES_DOWN_S = 60
-
-
-class Workload(threading.Thread):
-    """The demo workload at a steady pace until stopped (pacing, not synchronisation)."""
-
-    def __init__(self, settings: StackSettings, seed: int, duration_s: float = 3600, pause_s: float = 0.05) -> None:
-        super().__init__(daemon=True)
-        self.settings, self.rnd, self.pause_s = settings, random.Random(seed), pause_s
-        self.ends_at = time.monotonic() + duration_s
-        self.stop = threading.Event()
-        self.done = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            with psycopg.connect(postgres.conninfo(self.settings), autocommit=True) as conn:
-                while not self.stop.wait(self.pause_s) and time.monotonic() < self.ends_at:
-                    if workload.step(conn, self.rnd):
-                        self.done += 1
-        except BaseException as exc:  # noqa: BLE001 - reported by the test that stops it
-            self.error = exc
-
-    def finish(self, stop: bool = True) -> int:
-        if stop:
-            self.stop.set()
-        self.join(timeout=120)
-        assert not self.is_alive(), "the workload did not stop"
-        assert self.error is None, self.error
-        return self.done
-
-
-def _write_pipeline(pipeline: PipelineConfig, path: Path) -> None:
-    path.write_text(yaml.safe_dump(pipeline.model_dump(by_alias=True, mode="json")))
 
 
 @pytest.fixture(scope="module")
@@ -91,43 +48,6 @@ def spark(stack):
     session = build_session("tideline-apply-test", jars.bundle_dir(stack, "spark"))
     yield session
     session.stop()
-
-
-@pytest.fixture(scope="module")
-def run(stack: StackSettings, tmp_path_factory):
-    """Seed data, register the connector, start the driver, run the workload for a minute."""
-    migrations.upgrade(stack)
-    base = unique_pipeline(load(stack.pipeline_file), "apply")
-    suffix = base.source.topic_prefix
-    tables = {
-        name: views.model_copy(update={"search": views.search.model_copy(update={"index": f"{suffix}_{name}"})})
-        for name, views in base.tables.items()
-    }
-    nested = {f"{suffix}_{name}_nested": view for name, view in base.nested.items()}
-    pipeline = base.model_copy(update={"tables": tables, "nested": nested})
-    state = tmp_path_factory.mktemp("apply")
-    _write_pipeline(pipeline, state / "pipeline.yaml")
-    jobs = stack.model_copy(
-        update={
-            "state_dir": state,
-            "pipeline_file": state / "pipeline.yaml",
-            "job_redis_db": REDIS_DB,
-            "job_trigger_interval": "1 seconds",
-        }
-    )
-    redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB).flushdb()
-    with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
-        workload.seed(conn, random.Random(11))
-
-    registration.apply(stack, pipeline)
-    runner.start_and_wait(jobs, [driver.SERVICE])
-    writer = Workload(stack, seed=12, duration_s=WORKLOAD_SECONDS)
-    writer.start()
-    wait_until(lambda: writer.done >= 100 or writer.error, 60, "the workload to get going")
-    yield jobs, pipeline, writer
-    writer.stop.set()
-    process.stop(runner.pid_file(jobs, driver.SERVICE))
-    registration.delete(stack, pipeline, drop_slot=True)
 
 
 def _clean(settings: StackSettings, pipeline: PipelineConfig, spark, tables=None) -> bool:
@@ -291,7 +211,7 @@ def test_malformed_message_goes_to_the_dead_letter_topic_and_later_changes_still
 
     letters = wait_until(dead_letters, 90, "each sink's dead letter of the malformed record")
     assert "not JSON" in letters[0]["reason"]
-    status = [[cell.strip() for cell in line.split("│")[1:-1]] for line in _tide(jobs, "jobs", "status").splitlines()]
+    status = [[cell.strip() for cell in line.split("│")[1:-1]] for line in tide(jobs, "jobs", "status").splitlines()]
     dead_letters_by_sink = {row[0]: int(row[3]) for row in status if row and row[0] in SINKS}
     assert dead_letters_by_sink.keys() == set(SINKS) and min(dead_letters_by_sink.values()) >= 1, status
     assert letters[0]["value"] == "{this is not json"
@@ -337,16 +257,6 @@ def test_stopping_elasticsearch_leaves_redis_and_delta_fresh_and_search_catches_
     _converged(jobs, pipeline, spark)
 
 
-def _tide(jobs: StackSettings, *args: str) -> str:
-    """Run the `tide` command line against this module's pipeline; its output, or fail with it."""
-    overrides = [*TEST_STACK, "state_dir", "pipeline_file", "job_redis_db", "job_trigger_interval"]
-    env = {**os.environ, "COLUMNS": "200", **{f"TIDE_{name.upper()}": str(getattr(jobs, name)) for name in overrides}}
-    result = subprocess.run([sys.executable, "-m", "services.cli", *args], env=env, capture_output=True, text=True,
-                            timeout=900)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
 def _alias_targets(settings: StackSettings, pipeline: PipelineConfig) -> dict[str, list[str]]:
     url = f"http://{settings.host}:{settings.elasticsearch_port}"
     aliases = [views.search.index for views in pipeline.tables.values() if views.search is not None]
@@ -358,7 +268,7 @@ def test_tide_rebuild_search_moves_every_alias_to_a_new_complete_index(run, spar
     jobs, pipeline, _ = run
     _converged(jobs, pipeline, spark)
     before = _alias_targets(jobs, pipeline)
-    _tide(jobs, "rebuild", "search")
+    tide(jobs, "rebuild", "search")
     after = _alias_targets(jobs, pipeline)
     for alias, indices in after.items():
         assert len(indices) == 1 and indices != before[alias], f"{alias} still points at {before[alias]}"
