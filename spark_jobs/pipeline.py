@@ -158,6 +158,8 @@ class BatchWriter:
         rows.foreachPartition(
             lambda part: dead_letters.send(bootstrap, dlq, rejected_letters(sink_name, sink.write(list(part))))
         )
+        if hasattr(sink, "finish_batch"):  # derived documents, after every partition's writes (e.g. nested views)
+            sink.finish_batch(truncates, rows)
 
 
 def build_query(

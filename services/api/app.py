@@ -33,7 +33,7 @@ from spark_jobs.config import PipelineConfig, load
 log = logging.getLogger("tideline.api")
 
 DASHBOARD = PathLib(__file__).with_name("dashboard.html")
-DASHBOARD_SEARCH_TABLE = "orders"  # the view the dashboard's search box searches
+DASHBOARD_SEARCH_TABLE = "orders"  # the view the dashboard's search box searches (nested view first)
 STATUS_MAX_AGE_S = 1.0
 
 Name = Annotated[str, Path(max_length=63, description="A name from pipeline.yaml")]
@@ -130,7 +130,12 @@ def create_app(settings: StackSettings, pipeline: PipelineConfig | None = None) 
 
 def _dashboard_page(pipeline: PipelineConfig) -> str:
     view = pipeline.tables.get(DASHBOARD_SEARCH_TABLE)
-    alias = (view.search.index or DASHBOARD_SEARCH_TABLE) if view is not None and view.search is not None else ""
+    if DASHBOARD_SEARCH_TABLE in pipeline.nested:  # the orders join documents, when declared
+        alias = DASHBOARD_SEARCH_TABLE
+    elif view is not None and view.search is not None:
+        alias = view.search.index or DASHBOARD_SEARCH_TABLE
+    else:
+        alias = ""
     return DASHBOARD.read_text().replace("__SEARCH_INDEX__", html.escape(alias, quote=True))
 
 

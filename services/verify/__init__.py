@@ -25,7 +25,7 @@ import psycopg
 from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.stack import postgres
-from services.verify import readers
+from services.verify import nested, readers
 from services.verify.aggregates import cache_figures, source_figures
 from services.verify.readers import VerifyError
 from services.verify.reconcile import (
@@ -151,6 +151,11 @@ def reconcile_views(
             outcomes.append(outcome)
             if on_outcome:
                 on_outcome(outcome)
+        for name in nested_selection(pipeline, tables, sinks):
+            outcome = _nested_outcome(conn, pipeline, name, targets, Path(scratch) / "nested" / name, examples)
+            outcomes.append(outcome)
+            if on_outcome:
+                on_outcome(outcome)
     return outcomes
 
 
@@ -174,6 +179,31 @@ def _aggregate_outcome(
     finally:
         source.remove()
         cache.remove()
+
+
+def nested_selection(pipeline: PipelineConfig, tables: Iterable[str] | None, sinks: Iterable[SinkName] | None
+                     ) -> list[str]:
+    """The nested views to verify: all of them with the search sink, narrowed to those whose root
+    table is selected when tables are named."""
+    chosen_tables = [tables] if isinstance(tables, str) else list(tables or pipeline.tables)
+    chosen_sinks = [sinks] if isinstance(sinks, str) else list(sinks or SINKS)
+    if "search" not in chosen_sinks:
+        return []
+    return [name for name, view in pipeline.nested.items() if view.root in chosen_tables]
+
+
+def _nested_outcome(conn: psycopg.Connection, pipeline: PipelineConfig, name: str, targets: Targets,
+                    scratch: Path, examples: int) -> Outcome:
+    """One nested view against the same join computed by PostgreSQL, document by document."""
+    view = pipeline.nested[name]
+    shapes = nested.shapes(conn, pipeline, view)
+    buckets = bucket_count(readers.source_shape(conn, pipeline.source.schema_name, view.root)[1])
+    source = spill(nested.source_pairs(conn, pipeline.source.schema_name, view, shapes), scratch / "source", buckets)
+    spilled = spill(nested.sink_pairs(targets.es_url, name, view, shapes), scratch / "search", buckets)
+    outcome = _outcome(nested.label(name), "search", source, spilled, examples)
+    source.remove()
+    spilled.remove()
+    return outcome
 
 
 def selection(

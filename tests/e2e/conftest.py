@@ -55,7 +55,8 @@ def run(request, stack: StackSettings, tmp_path_factory):
         name: views.model_copy(update={"search": views.search.model_copy(update={"index": f"{suffix}_{name}"})})
         for name, views in base.tables.items()
     }
-    pipeline = base.model_copy(update={"tables": tables})
+    nested = {f"{suffix}_{name}_nested": view for name, view in base.nested.items()}
+    pipeline = base.model_copy(update={"tables": tables, "nested": nested})
     state = tmp_path_factory.mktemp("apply")
     write_pipeline(pipeline, state / "pipeline.yaml")
     jobs = stack.model_copy(

@@ -81,7 +81,8 @@ def test_a_wrong_declaration_is_a_one_line_error_naming_where_and_what(tmp_path,
 
 
 def test_an_aggregate_over_a_table_without_a_cache_view_says_how_to_add_one(tmp_path):
-    tables = {**SHIPPED["tables"], "orders": {"search": {}}}
+    orders = {view: spec for view, spec in SHIPPED["tables"]["orders"].items() if view != "cache"}
+    tables = {**SHIPPED["tables"], "orders": orders}
     assert "join.table: table orders has no cache view: add `cache: {}` to tables.orders" in error(tmp_path, units_sold(), tables)
 
 
