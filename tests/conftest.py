@@ -12,12 +12,16 @@ from services.settings import StackSettings
 from services.stack import process, runner
 from services.versions import PROJECT_ROOT
 
-# Two checkouts testing at once (e.g. two worktrees) give each its own offset.
+# Two checkouts testing at once (e.g. two worktrees) give each its own offset: 1000, 2000 or 3000.
+# Those keep every port below Linux's ephemeral range (32768-60999, where a client's own port could
+# take ours) and clear of the other checkouts' ports; small offsets collide (100 puts one's
+# Elasticsearch HTTP port on another's transport port).
 _PORT_OFFSET = int(os.environ.get("TIDE_TEST_PORT_OFFSET", "0"))
 
 
-def stack_ports(band: int) -> dict[str, int]:
-    """Every service port in the band `band`0000 (the usual port's last four digits), offset per checkout."""
+def stack_ports(band: int, shift: int = 0) -> dict[str, int]:
+    """Every service port at `band`0000 + the usual port + `shift`, plus this checkout's offset.
+    Bands 1 and 2 only (below the ephemeral range); `shift` 20 gives a second stack in a band."""
     usual = {
         "postgres_port": 5432,
         "redis_port": 6379,
@@ -28,7 +32,7 @@ def stack_ports(band: int) -> dict[str, int]:
         "elasticsearch_transport_port": 9300,
         "api_port": 8000,
     }
-    return {name: band * 10_000 + port + _PORT_OFFSET for name, port in usual.items()}
+    return {name: band * 10_000 + port + shift + _PORT_OFFSET for name, port in usual.items()}
 
 
 TEST_STACK = {"state_dir": PROJECT_ROOT / ".tideline" / "test", **stack_ports(2)}

@@ -26,7 +26,7 @@ from tests.conftest import stack_ports
 
 DEMO_TABLES = {"customers", "products", "orders", "order_items"}
 SUPPORT_TABLES = {"debezium_signal", "tideline_heartbeat"}
-PORTS = stack_ports(4)
+PORTS = stack_ports(2, shift=20)
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ SERVICES = ["postgres", "redis"]
 def mini_settings(tmp_path_factory) -> StackSettings:
     settings = StackSettings(
         state_dir=tmp_path_factory.mktemp("mini-stack"),
-        **stack_ports(3),
+        **stack_ports(1, shift=20),
     )
     yield settings
     runner.down(settings, SERVICES)
