@@ -23,7 +23,8 @@ class Record:
 
 
 def read_topic(settings: StackSettings, topic: str, timeout: float = 30.0) -> list[Record]:
-    """All records from the beginning to the end offsets as of the call, in (partition, offset) order."""
+    """All records from the beginning to the end offsets as of the call, in (partition, offset) order.
+    Fails after `timeout` seconds without progress: a large topic may take longer than that in all."""
     consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
     try:
         partitions = consumer.partitions_for_topic(topic) or set()
@@ -37,9 +38,10 @@ def read_topic(settings: StackSettings, topic: str, timeout: float = 30.0) -> li
         deadline = time.monotonic() + timeout
         while any(consumer.position(tp) < end for tp, end in ends.items()):
             if time.monotonic() > deadline:
-                raise AssertionError(f"could not read {topic} to its end offsets within {timeout}s")
+                raise AssertionError(f"reading {topic} to its end offsets made no progress for {timeout}s")
             for tp, batch in consumer.poll(timeout_ms=500).items():
                 records += [Record(tp.partition, r.offset, r.key, r.value) for r in batch if r.offset < ends[tp]]
+                deadline = time.monotonic() + timeout
         return sorted(records, key=lambda r: (r.partition, r.offset))
     finally:
         consumer.close()
