@@ -138,7 +138,55 @@ def _decoded(stack: StackSettings, pipeline: PipelineConfig, keys: set[str]) -> 
     return wait_until(everything_arrived, 120, f"a record for each of {len(keys)} rows in {topic}")
 
 
+@pytest.fixture(scope="module")
+def spark(stack: StackSettings) -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    from services.stack import jars
+    from spark_jobs.session import build_session
+
+    existing = SparkSession.getActiveSession()
+    session = existing or build_session("tideline-test-bad-input", jars.bundle_dir(stack, "spark"), master="local[1]")
+    yield session
+    if existing is None:
+        session.stop()
+
+
 def test_each_odd_value_decodes_exactly_or_fails_with_a_reason(captured):
     _, decoded = captured
     for key, result in decoded.items():
         print("DECODED", key[:40], repr(result)[:600])
+
+
+def test_explore_sinks(stack, captured, spark, tmp_path):
+    pipeline, decoded = captured
+    changes = [c for c in decoded.values() if isinstance(c, Change)]
+    prefix, warehouse = f"odd{RUN}:", tmp_path / "warehouse"
+    redis_url = f"redis://{stack.host}:{stack.redis_port}/{REDIS_DB}"
+    only = pipeline.model_copy(update={"tables": {ODD: pipeline.tables[ODD]}, "nested": {}, "cache_aggregates": {}})
+    search = ElasticsearchSink(elasticsearch.url(stack), only)
+    cache = RedisSink(redis_url, only, key_prefix=prefix)
+    delta = DeltaSink(str(warehouse), only)
+    for sink in (search, cache, delta):
+        sink.setup(only)
+    for name, rejected in (("search", search.write(changes)), ("cache", cache.write(changes)),
+                           ("warehouse", delta.write_batch(spark, spark.sparkContext.parallelize(changes, 1), 0))):
+        for item in rejected:
+            print("REJECTED", name, doc_id(item.change.key)[:40], item.reason[:300])
+    for d in verify(stack, tables=[ODD], warehouse_dir=warehouse, es_url=elasticsearch.url(stack), redis_url=redis_url,
+                    pipeline=only, redis_prefix=prefix, spark=spark):
+        print("DIVERGENCE", d)
+
+
+def test_explore_big_row(stack, captured):
+    pipeline, _ = captured
+    with _owner(stack) as conn:
+        _insert(conn, "big-row", {"note": uuid.uuid4().hex * (BIG_ROW_BYTES // 32)})
+    import time, sys
+    for _ in range(8):
+        time.sleep(5)
+        with ConnectApi(kafka.connect_url(stack)) as api:
+            state = api.status(pipeline.source.connector)
+        found = [r for r in read_topic(stack, pipeline.topic(ODD)) if r.key and b"big-row" in r.key]
+        print("BIG", state["connector"]["state"], [(t["state"], (t.get("trace") or "")[:300]) for t in state["tasks"]],
+              [len(r.value or b"") for r in found], file=sys.stderr)
