@@ -18,6 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 import redis
@@ -26,9 +27,8 @@ from psycopg.types.json import Jsonb
 import migrations
 from migrations import capture
 from services.connector import registration
-from services.connector.connect_api import ConnectApi
 from services.settings import StackSettings
-from services.stack import elasticsearch, kafka, postgres
+from services.stack import elasticsearch, postgres
 from services.verify import Divergence, verify
 from spark_jobs.changes import Change, DecodeError, decode
 from spark_jobs.config import CacheView, PipelineConfig, SearchView, TableConfig, WarehouseView, load
@@ -74,6 +74,7 @@ ROWS: dict[str, dict[str, Any]] = {
     "json-deep": {"doc": _nested(30)},
     "json-empty-key": {"doc": {"": "empty key"}},
 }
+COLUMNS = ("id", "note", "big", "ints", "tags", "at_tz", "at_local", "born", "doc", "mood")
 INFINITE = {"at_tz": "infinity", "at_local": "-infinity", "born": "infinity"}
 
 
@@ -139,56 +140,95 @@ def _decoded(stack: StackSettings, pipeline: PipelineConfig, keys: set[str]) -> 
 
 
 @pytest.fixture(scope="module")
-def spark(stack: StackSettings) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from services.stack import jars
-    from spark_jobs.session import build_session
-
-    existing = SparkSession.getActiveSession()
-    session = existing or build_session("tideline-test-bad-input", jars.bundle_dir(stack, "spark"), master="local[1]")
-    yield session
-    if existing is None:
-        session.stop()
-
-
-def test_each_odd_value_decodes_exactly_or_fails_with_a_reason(captured):
-    _, decoded = captured
-    for key, result in decoded.items():
-        print("DECODED", key[:40], repr(result)[:600])
-
-
-def test_explore_sinks(stack, captured, spark, tmp_path):
-    pipeline, decoded = captured
-    changes = [c for c in decoded.values() if isinstance(c, Change)]
-    prefix, warehouse = f"odd{RUN}:", tmp_path / "warehouse"
-    redis_url = f"redis://{stack.host}:{stack.redis_port}/{REDIS_DB}"
-    only = pipeline.model_copy(update={"tables": {ODD: pipeline.tables[ODD]}, "nested": {}, "cache_aggregates": {}})
-    search = ElasticsearchSink(elasticsearch.url(stack), only)
-    cache = RedisSink(redis_url, only, key_prefix=prefix)
-    delta = DeltaSink(str(warehouse), only)
-    for sink in (search, cache, delta):
-        sink.setup(only)
-    for name, rejected in (("search", search.write(changes)), ("cache", cache.write(changes)),
-                           ("warehouse", delta.write_batch(spark, spark.sparkContext.parallelize(changes, 1), 0))):
-        for item in rejected:
-            print("REJECTED", name, doc_id(item.change.key)[:40], item.reason[:300])
-    with _owner(stack) as conn:
-        conn.execute(f"DELETE FROM {ODD} WHERE id = 'times-infinite'")
-    for d in verify(stack, tables=[ODD], warehouse_dir=warehouse, es_url=elasticsearch.url(stack), redis_url=redis_url,
-                    pipeline=only, redis_prefix=prefix, spark=spark):
-        print("DIVERGENCE", d)
-
-
-def test_explore_big_row(stack, captured):
+def sinks(stack: StackSettings, captured, spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sinks]:
     pipeline, _ = captured
+    sinks = Sinks(stack, pipeline, spark, tmp_path_factory.mktemp("warehouse"))
+    yield sinks
+    sinks.close()
+
+
+class Sinks:
+    """The three real sinks, holding only the scratch table's views."""
+
+    def __init__(self, stack: StackSettings, pipeline: PipelineConfig, spark: Any, warehouse: Path) -> None:
+        self.stack, self.spark, self.warehouse = stack, spark, warehouse
+        self.pipeline = PipelineConfig(source=pipeline.source, tables={ODD: pipeline.tables[ODD]})
+        self.redis_url, self.prefix = f"redis://{stack.host}:{stack.redis_port}/{REDIS_DB}", f"odd{RUN}:"
+        self.search = ElasticsearchSink(elasticsearch.url(stack), self.pipeline)
+        self.cache = RedisSink(self.redis_url, self.pipeline, key_prefix=self.prefix)
+        self.warehouse_sink = DeltaSink(str(warehouse), self.pipeline)
+        for sink in (self.search, self.cache, self.warehouse_sink):
+            sink.setup(self.pipeline)
+        self.batches = 0  # the warehouse commits each micro-batch id once
+
+    def write(self, changes: list[Change]) -> dict[str, dict[str, str]]:
+        """Each sink's rejections: {sink: {row id: reason}}."""
+        rows = self.spark.sparkContext.parallelize(changes, 1)
+        rejected = {"search": self.search.write(changes), "cache": self.cache.write(changes),
+                    "warehouse": self.warehouse_sink.write_batch(self.spark, rows, self.batches)}
+        self.batches += 1
+        return {sink: {doc_id(item.change.key): item.reason for item in items} for sink, items in rejected.items()}
+
+    def verify(self) -> list[Divergence]:
+        return verify(self.stack, tables=[ODD], warehouse_dir=self.warehouse, es_url=elasticsearch.url(self.stack),
+                      redis_url=self.redis_url, pipeline=self.pipeline, redis_prefix=self.prefix, spark=self.spark)
+
+    def close(self) -> None:
+        client = redis.Redis.from_url(self.redis_url)
+        for key in client.scan_iter(match=f"{self.prefix}*"):
+            client.delete(key)
+        client.close()
+        url, alias = elasticsearch.url(self.stack), self.pipeline.tables[ODD].search.index
+        for index in httpx.get(f"{url}/_alias/{alias}").json():
+            httpx.delete(f"{url}/{index}")
+
+
+# Elasticsearch's own limits on object fields; the other sinks keep jsonb as JSON text.
+SEARCH_REFUSES = {"json-odd-keys": "cannot contain only whitespace", "json-empty-key": "cannot be an empty string",
+                  "json-deep": "Limit of mapping depth [20]"}
+
+
+def test_each_odd_value_is_decoded_exactly_and_an_infinity_refused_with_its_reason(captured):
+    _, decoded = captured
+    for key, values in {**ROWS, "enum-later": {"mood": "added-later"}, "enum-known": {"mood": "busy"}}.items():
+        change = decoded[key]
+        assert isinstance(change, Change), (key, change)
+        expected = {column: None for column in COLUMNS} | {"id": key, **values}
+        assert change.after == expected, key
+    assert decoded["unicode 😀 ünïcödé 中文 שלום"].after["doc"]["emoji 🎉"] == [1]
+    assert decoded["numbers-huge"].after["big"] == ROWS["numbers-huge"]["big"]  # all 60 digits, no float on the way
+    assert decoded["times-zone"].after["at_tz"].utcoffset() is not None
+    infinite = decoded["times-infinite"]
+    assert isinstance(infinite, DecodeError) and "column at_tz: cannot convert 'infinity'" in str(infinite)
+
+
+def test_every_sink_holds_each_odd_value_exactly_or_rejects_it_with_the_reason(captured, sinks):
+    _, decoded = captured
+    rejected = sinks.write([change for change in decoded.values() if isinstance(change, Change)])
+    assert rejected["cache"] == {} and rejected["warehouse"] == {}
+    assert rejected["search"].keys() == SEARCH_REFUSES.keys()
+    assert all(SEARCH_REFUSES[key] in reason for key, reason in rejected["search"].items()), rejected["search"]
+    # The long key's document has a stable hashed id, and holds the whole key.
+    long_id = doc_id({"id": LONG_KEY})
+    assert long_id == "sha256:" + hashlib.sha256(LONG_KEY.encode()).hexdigest()
+    index = sinks.pipeline.tables[ODD].search.index
+    found = httpx.get(f"{elasticsearch.url(sinks.stack)}/{index}/_doc/{long_id}").json()
+    assert found["found"] and found["_source"]["id"] == LONG_KEY
+    # PostgreSQL as the oracle: every value equal in every view, but the rows the search view
+    # rejected (dead-lettered with the reason by the apply jobs). The infinity row was
+    # dead-lettered before any sink; verify cannot read it back from PostgreSQL (psycopg has no
+    # datetime for 'infinity'), so it leaves the comparison here.
+    with _owner(sinks.stack) as conn:
+        conn.execute(f"DELETE FROM {ODD} WHERE id = 'times-infinite'")
+    assert sinks.verify() == [Divergence(ODD, "search", "missing", 3, tuple(sorted(SEARCH_REFUSES)))]
+
+
+def test_a_row_of_several_mb_reaches_its_topic_whole_and_every_sink(stack, captured, sinks):
+    pipeline, _ = captured
+    note = "".join(uuid.uuid4().hex for _ in range(BIG_ROW_BYTES // 32))
     with _owner(stack) as conn:
-        _insert(conn, "big-row", {"note": uuid.uuid4().hex * (BIG_ROW_BYTES // 32)})
-    import time, sys
-    for _ in range(8):
-        time.sleep(5)
-        with ConnectApi(kafka.connect_url(stack)) as api:
-            state = api.status(pipeline.source.connector)
-        found = [r for r in read_topic(stack, pipeline.topic(ODD)) if r.key and b"big-row" in r.key]
-        print("BIG", state["connector"]["state"], [(t["state"], (t.get("trace") or "")[:300]) for t in state["tasks"]],
-              [len(r.value or b"") for r in found], file=sys.stderr)
+        _insert(conn, "big-row", {"note": note})
+    change = _decoded(stack, pipeline, {"big-row"})["big-row"]
+    assert change.after["note"] == note
+    assert sinks.write([change]) == {"search": {}, "cache": {}, "warehouse": {}}
+    assert sinks.verify() == [Divergence(ODD, "search", "missing", 3, tuple(sorted(SEARCH_REFUSES)))]

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 import migrations
@@ -29,7 +27,7 @@ from services.status.collect import collect
 from services.status.figures import to_json
 from spark_jobs.config import PipelineConfig, load
 from tests.capture_support import changes, unique_pipeline
-from tests.conftest import TEST_STACK
+from tests.tide_cli import pipeline_env
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
@@ -50,10 +48,7 @@ def pipeline(stack: StackSettings) -> Iterator[PipelineConfig]:
 
 @pytest.fixture(scope="module")
 def cli_env(pipeline: PipelineConfig, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    path: Path = tmp_path_factory.mktemp("slot-pipeline") / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(pipeline.model_dump(by_alias=True, mode="json")))
-    env = {f"TIDE_{name.upper()}": str(value) for name, value in TEST_STACK.items()}
-    return {**env, "TIDE_PIPELINE_FILE": str(path)}
+    return pipeline_env(pipeline, tmp_path_factory.mktemp("slot-pipeline"))
 
 
 def _owner(stack: StackSettings) -> psycopg.Connection:
