@@ -157,6 +157,8 @@ def run(stack: StackSettings, profile: Profile, seed: int, work_dir: Path, say: 
             observe.duplicate_deliveries(observe.read_to_end(stack, pipeline.topic(table)), target.injected)
             for table in pipeline.tables
         )
+        say(f"observed: {report.duplicates} duplicate deliveries, {len(report.replays)} replayed micro-batches "
+            f"({', '.join(f'{r.sink} {r.batch}' for r in report.replays) or 'none'})")
         report.judge()
     except faults.ChaosError as exc:
         report.failures.append(str(exc))
