@@ -131,3 +131,13 @@ def test_the_chaos_pipeline_captures_the_ledgers_under_names_of_its_own():
     assert pipeline.source.publication != base.source.publication and pipeline.source.slot != base.source.slot
     assert all(views.search.index.startswith("t1_") for views in pipeline.tables.values())
     assert set(pipeline.nested) == {f"t1_{name}_nested" for name in base.nested}
+
+
+def test_tide_chaos_names_an_unknown_profile_and_the_choices_in_one_line():
+    from typer.testing import CliRunner
+
+    from services.cli import app
+
+    result = CliRunner().invoke(app, ["chaos", "--profile", "nope"])
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "error: unknown profile nope: choose smoke or full"
