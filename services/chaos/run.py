@@ -96,6 +96,7 @@ def chaos_pipeline(base: PipelineConfig, writers: int, bulk: bool, label: str) -
 
 def prepare(stack: StackSettings, profile: Profile, seed: int, work_dir: Path) -> tuple[StackSettings, PipelineConfig]:
     """Migrate, reset the ledgers, load the bulk rows and seed the demo data; the run's own settings."""
+    runner.up(stack)  # every service healthy before the first fault (idempotent: running ones are left alone)
     migrations.upgrade(stack)
     label = f"{profile.name}{seed % 10_000}x{uuid.uuid4().hex[:4]}"
     pipeline = chaos_pipeline(load(stack.pipeline_file), profile.writers, profile.snapshot_rows > 0, label)
