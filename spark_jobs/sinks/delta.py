@@ -17,10 +17,12 @@ and a MERGE whose guard matches no row adds no commit on tables with deletion ve
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Context, Decimal
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column
@@ -261,6 +263,18 @@ def _encode(change: Change, plan: _TablePlan) -> tuple[tuple[Any, ...] | None, R
 # ---------------------------------------------------------------- driver side
 
 
+def remove_uncommitted_log(path: str) -> None:
+    """Remove a `_delta_log` folder that holds no commit. A driver killed while creating a table leaves
+    one behind (seen: only `_staged_commits/`); Delta then takes the folder for an existing table that
+    it cannot load (DELTA_TABLE_NOT_FOUND) on every retry. Nothing was committed, so nothing is lost.
+    Local folders only: the warehouse is a local path in this stack."""
+    log = Path(path) / "_delta_log"
+    if "://" in path or not log.is_dir():
+        return
+    if not any(log.glob("*.json")) and not any(log.glob("*.checkpoint*")):
+        shutil.rmtree(log)
+
+
 def _delta() -> type[DeltaTable]:
     """delta-spark's Python API, imported on the driver only: executors import this module to run
     `_encode` and may have the Delta jar but not the `delta` Python package."""
@@ -325,6 +339,7 @@ class DeltaSink:
 
         spark = SparkSession.active()
         for path, schema in ((self.tombstones_path, _TOMBSTONES_SCHEMA), (self.truncates_path, _TRUNCATES_SCHEMA)):
+            remove_uncommitted_log(path)
             _delta().createIfNotExists(spark).location(path).addColumns(schema).execute()
 
     def write_batch(self, spark: SparkSession, changes: RDD[Change], batch_id: int) -> list[Rejected]:
@@ -412,6 +427,7 @@ class DeltaSink:
         sees a column the table lacks (a column added at the source appears without a restart)."""
         target = f"delta.{_q(self.path(plan.table))}"
         if stored is None:
+            remove_uncommitted_log(self.path(plan.table))
             schema = StructType([StructField(c, t) for c, t in plan.fields.items()] + _TABLE_META)
             builder = _delta().createIfNotExists(spark).location(self.path(plan.table)).addColumns(schema)
             for key, value in _TABLE_PROPERTIES.items():
