@@ -44,7 +44,8 @@ class Delivered:
 
 
 def read_to_end(settings: StackSettings, topic: str, timeout_s: float = 300.0) -> list[Delivered]:
-    """Every record of `topic` up to its end offsets as of the call, in (partition, offset) order."""
+    """Every record of `topic` up to its end offsets as of the call, in (partition, offset) order.
+    Fails after `timeout_s` seconds without progress: a large topic may take longer than that in all."""
     consumer = change_topics.open_consumer(settings)
     try:
         parts = change_topics.partitions(consumer, topic)
@@ -57,9 +58,10 @@ def read_to_end(settings: StackSettings, topic: str, timeout_s: float = 300.0) -
         deadline = time.monotonic() + timeout_s
         while any(consumer.position(part) < end for part, end in ends.items()):
             if time.monotonic() > deadline:
-                raise change_topics.TopicError(f"could not read {topic} to its end within {timeout_s:.0f}s")
+                raise change_topics.TopicError(f"reading {topic} to its end made no progress for {timeout_s:.0f}s")
             for part, batch in consumer.poll(timeout_ms=500).items():
                 records += [Delivered(topic, part.partition, r.offset, r.key, r.value) for r in batch if r.offset < ends[part]]
+                deadline = time.monotonic() + timeout_s
     except KafkaError as exc:
         raise change_topics.TopicError(f"reading {topic} from {settings.kafka_bootstrap} failed: {exc}") from exc
     finally:
