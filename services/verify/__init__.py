@@ -6,7 +6,7 @@ Public API (used by the CLI, the end-to-end tests and the benchmarks):
 - `reconcile_views(settings, ...) -> list[Outcome]`: the same, with row counts per (table, sink).
 
 Where the sinks live (Elasticsearch URL, Redis URL and key prefix, warehouse
-folder, Spark jars) defaults to the local stack's job environment
+folder) defaults to the local stack's job environment
 (`services.jobs.driver.job_settings`) and can be injected, so tests point verify at
 their own aliases, Redis database and temporary warehouse.
 """
@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 import psycopg
 
@@ -41,9 +40,6 @@ from spark_jobs.config import PipelineConfig, load
 from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS, SinkName
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
 __all__ = ["Divergence", "Outcome", "Targets", "VerifyError", "reconcile_views", "verify"]
 
 
@@ -54,7 +50,6 @@ class Targets:
     es_url: str
     redis_url: str
     warehouse_dir: Path
-    jars_dir: Path
     redis_prefix: str = ""
 
     @classmethod
@@ -72,7 +67,6 @@ class Targets:
             es_url=es_url or jobs.elasticsearch_url,
             redis_url=redis_url or jobs.redis_url,
             warehouse_dir=Path(warehouse_dir or jobs.warehouse_dir),
-            jars_dir=jobs.jars_dir,
             redis_prefix=redis_prefix or "",
         )
 
@@ -109,7 +103,6 @@ def reconcile_views(
     *,
     redis_prefix: str | None = None,
     examples: int = 5,
-    spark: SparkSession | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
     work_dir: Path | None = None,
 ) -> list[Outcome]:
@@ -124,10 +117,8 @@ def reconcile_views(
         settings, es_url=es_url, redis_url=redis_url, warehouse_dir=warehouse_dir, redis_prefix=redis_prefix
     )
     plan = selection(pipeline, tables, sinks)
-    needs_spark = any("warehouse" in wanted for _, wanted in plan)
     outcomes: list[Outcome] = []
     with (
-        _spark(targets, spark, needs_spark) as session,
         tempfile.TemporaryDirectory(prefix="tideline-verify-", dir=work_dir) as scratch,
         readers.connect_source(postgres.conninfo(settings)) as conn,
     ):
@@ -138,7 +129,7 @@ def reconcile_views(
             buckets = bucket_count(estimate)
             source = spill(_source_pairs(conn, canon), Path(scratch) / table / "source", buckets)
             for sink in wanted:
-                pairs = _sink_pairs(sink, canon, targets, pipeline, session)
+                pairs = _sink_pairs(sink, canon, targets, pipeline)
                 spilled = spill(pairs, Path(scratch) / table / sink, buckets)
                 outcome = _outcome(table, sink, source, spilled, examples)
                 spilled.remove()
@@ -236,7 +227,7 @@ def _source_pairs(conn: psycopg.Connection, canon: Canonicaliser) -> Iterator[tu
 
 
 def _sink_pairs(
-    sink: SinkName, canon: Canonicaliser, targets: Targets, pipeline: PipelineConfig, spark: SparkSession | None
+    sink: SinkName, canon: Canonicaliser, targets: Targets, pipeline: PipelineConfig
 ) -> Iterator[tuple[str, str]]:
     table = canon.shape.table
     if sink == "search":
@@ -246,9 +237,8 @@ def _sink_pairs(
     if sink == "cache":
         rows = readers.cache_rows(targets.redis_url, table, targets.redis_prefix)
         return ((row_id, canon.digest(row)) for row_id, row in rows)
-    assert spark is not None
     # The warehouse is keyed by its columns, not by a stored id: the id is derived as for PostgreSQL.
-    rows = readers.warehouse_rows(spark, targets.warehouse_dir / table, canon.shape)
+    rows = readers.warehouse_rows(targets.warehouse_dir / table, canon.shape)
     return ((_warehouse_id(canon, row), canon.digest(row)) for row in rows)
 
 
@@ -263,26 +253,3 @@ def _outcome(table: str, sink: SinkName, source: Spilled, spilled: Spilled, exam
     # Elasticsearch and Redis are keyed by id: a repeat is a scan artefact. A Delta table can hold two rows.
     tally = compare(source, spilled, examples, unique_ids=sink != "warehouse")
     return Outcome(table, sink, source.rows, spilled.rows, tuple(tally.divergences(table, sink)))
-
-
-@contextmanager
-def _spark(targets: Targets, given: SparkSession | None, needed: bool) -> Iterator[SparkSession | None]:
-    """A session only when the warehouse is verified; stopped afterwards only if verify started it."""
-    if given is not None or not needed:
-        yield given
-        return
-    from pyspark.sql import SparkSession
-
-    from spark_jobs.session import build_session
-
-    existing = SparkSession.getActiveSession()
-    try:
-        session = existing or build_session("tideline-verify", targets.jars_dir)
-    except FileNotFoundError as exc:
-        raise VerifyError(str(exc)) from exc
-    try:
-        yield session
-    finally:
-        if existing is None:
-            session.stop()
-

@@ -102,14 +102,13 @@ def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float, sin
         raise AssertionError(f"{exc}; behind: {behind()}; ends then {ends}, now {now}; committed {committed}") from None
 
 
-def converged(settings, pipeline, spark, timeout=None, tables=None, sinks=SINKS) -> None:
-    """Caught up with the topics, then verify clean (PostgreSQL as the oracle). `spark` may be None
-    when the warehouse is not among `sinks`."""
+def converged(settings, pipeline, timeout=None, tables=None, sinks=SINKS) -> None:
+    """Caught up with the topics, then verify clean (PostgreSQL as the oracle)."""
     caught_up(settings, pipeline, timeout or CONVERGE_S, sinks)
     last: list = []
 
     def clean() -> bool:
-        last[:] = verify(settings, pipeline=pipeline, spark=spark, tables=tables, sinks=sinks)
+        last[:] = verify(settings, pipeline=pipeline, tables=tables, sinks=sinks)
         return not last
 
     try:
