@@ -242,29 +242,48 @@ def decode_hash(fields: dict[bytes, bytes]) -> Row:
 # ---- Delta Lake ------------------------------------------------------------------------------------
 
 
-def warehouse_rows(path: Path, shape: TableShape) -> Iterator[Row]:
-    """Every row of the Delta table at `path` (the current state), read with delta-rs (no JVM: a
-    Spark session's heap ran out on 200,000 rows) and streamed one record batch at a time, deletion
-    vectors applied. No table there yields nothing."""
-    try:
-        table = DeltaTable(str(path))
-    except TableNotFoundError:
-        return
-    except DeltaError as exc:
-        raise VerifyError(f"cannot open the warehouse table {path}: {exc}") from exc
-    stored = {field.name: str(field.type).lower() for field in table.schema().fields}
+def warehouse_rows(path: Path, shape: TableShape, where: str | None = None) -> Iterator[Row]:
+    """Every row of the Delta table at `path` (the current state; or those matching the SQL
+    condition `where`), the columns of `shape` it has. No table there yields nothing."""
+    stored = warehouse_columns(path)
     wanted = [column for column in shape.columns if column.name in stored]
     if not wanted:
         return
-    decoders = [(column.name, _decoder(column, stored[column.name])) for column in wanted]
+    decoders = {column.name: _decoder(column, stored[column.name]) for column in wanted}
     query = f"SELECT {', '.join(quoted(column.name) for column in wanted)} FROM t"
+    for row in warehouse_query(path, query + (f" WHERE {where}" if where else "")):
+        yield {name: decode(row[name]) for name, decode in decoders.items()}
+
+
+def warehouse_columns(path: Path) -> dict[str, str]:
+    """{column: Delta type name} of the table at `path`; {} if there is no table."""
+    table = _delta_table(path)
+    return {field.name: str(field.type).lower() for field in table.schema().fields} if table else {}
+
+
+def warehouse_query(path: Path, query: str) -> Iterator[Row]:
+    """The rows of a SQL query over the Delta table at `path` (named `t`), read with delta-rs: no
+    JVM (a Spark session's heap ran out on 200,000 rows), one Arrow record batch at a time,
+    deletion vectors applied. No table there yields nothing."""
+    table = _delta_table(path)
+    if table is None:
+        return
     try:
         for batch in QueryBuilder().register("t", table).execute(query):
-            columns = [(name, decode, batch.column(name).to_pylist()) for name, decode in decoders]
+            columns = [(name, batch.column(name).to_pylist()) for name in batch.column_names]
             for index in range(batch.num_rows):
-                yield {name: decode(values[index]) for name, decode, values in columns}
+                yield {name: values[index] for name, values in columns}
     except Exception as exc:  # noqa: BLE001 - DataFusion raises plain Exceptions, deltalake DeltaError/OSError
         raise VerifyError(f"cannot read the warehouse table {path}: {str(exc)[:300]}") from exc
+
+
+def _delta_table(path: Path) -> DeltaTable | None:
+    try:
+        return DeltaTable(str(path))
+    except TableNotFoundError:
+        return None
+    except DeltaError as exc:
+        raise VerifyError(f"cannot open the warehouse table {path}: {exc}") from exc
 
 
 def quoted(name: str) -> str:
