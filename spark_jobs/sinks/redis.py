@@ -79,6 +79,7 @@ def decode_row(fields: dict[bytes | str, bytes | str]) -> dict[str, Any]:
 
 
 def version_args(change: Change) -> list[str]:
+    """The change's version as the scripts' arguments (`version_text`)."""
     return version_text(change.sequence)
 
 
