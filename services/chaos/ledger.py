@@ -60,7 +60,7 @@ class LedgerWriter(threading.Thread):
                     operation = workload.step(conn, self.rnd) or "nothing to do"
                     conn.execute(sql.SQL("INSERT INTO {} (seq, operation) VALUES (%s, %s)").format(table),
                                  (seq + 1, operation))
-            except (psycopg.errors.IntegrityError, psycopg.errors.TransactionRollbackError):
+            except (psycopg.errors.IntegrityError, psycopg.errors.TransactionRollback):
                 self.rolled_back += 1  # e.g. two writers renumbering one order's items at once
                 continue
             seq += 1
