@@ -159,7 +159,8 @@ class Cache:
 _SORTABLE = re.compile(r"^(long|integer|short|byte|string|boolean|date|timestamp|timestamp_ntz|decimal\(\d+,\d+\))$")
 
 
-def _quoted(name: str) -> str:
+def quoted(name: str) -> str:
+    """A column name as a SQL identifier for DataFusion (which folds unquoted names to lower case)."""
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -185,7 +186,7 @@ class Warehouse:
             raise Unavailable(f"cannot open the {table} warehouse table: {exc}") from None
         try:
             schema = delta.schema()
-            order = [_quoted(f.name) for f in schema.fields
+            order = [quoted(f.name) for f in schema.fields
                      if not f.name.startswith(META_PREFIX) and _SORTABLE.fullmatch(_type_name(f.type))]
             order_by = f" ORDER BY {', '.join(order)}" if order else ""
             # Only integers validated by the route and names from the table's own schema reach this text.

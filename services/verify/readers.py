@@ -24,6 +24,7 @@ from psycopg.adapt import Loader
 from psycopg.rows import dict_row
 from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 
+from services.api.stores import quoted
 from services.verify.reconcile import Column, TableShape
 from spark_jobs.sinks.redis import glob_escape, row_key
 
@@ -118,9 +119,8 @@ def _infinity_aware(loader: type[Loader]) -> type[Loader]:
 
     class InfinityAware(loader):  # type: ignore[misc, valid-type]
         def load(self, data: Any) -> Any:
-            if bytes(data) in (b"infinity", b"-infinity"):
-                return bytes(data).decode()
-            return super().load(data)
+            text = bytes(data)
+            return text.decode() if text in (b"infinity", b"-infinity") else super().load(data)
 
     return InfinityAware
 
@@ -284,11 +284,6 @@ def _delta_table(path: Path) -> DeltaTable | None:
         return None
     except DeltaError as exc:
         raise VerifyError(f"cannot open the warehouse table {path}: {exc}") from exc
-
-
-def quoted(name: str) -> str:
-    """A column name as a SQL identifier (DataFusion folds unquoted names to lower case)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _decoder(column: Column, stored_type: str) -> Any:
