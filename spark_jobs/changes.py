@@ -59,7 +59,9 @@ class Change:
     `sequence` is Debezium's source.sequence: (end LSN of the previous commit,
     LSN of this change). The first element grows with commit order, so the pair
     orders every change to a row even when its transaction began long before it
-    committed. Initial-snapshot records have no commit and get first element 0.
+    committed. Initial-snapshot records have no commit and get first element 0;
+    the first transaction streamed after them has no previous commit and gets its
+    own LSN (see `_sequence`).
     """
 
     table: str
@@ -178,7 +180,14 @@ def _sequence(source: Row) -> tuple[int, int]:
         first, second = json.loads(raw)
     except (ValueError, TypeError) as exc:
         raise DecodeError(f"source.sequence is not a two-element list: {raw!r}") from exc
-    return (int(first or 0), int(second or lsn))
+    second = int(second or lsn)
+    if first is None and source.get("snapshot") in (None, "false", False):
+        # The first transaction streamed after the initial snapshot: Debezium knows no earlier commit
+        # yet. It committed after the snapshot's point, so it must outrank every snapshot record (0, P),
+        # although its changes may sit below P in the WAL (begun before the slot was consistent).
+        # Its own LSN precedes its commit, which every later transaction carries first.
+        return (second, second)
+    return (int(first or 0), second)
 
 
 def _json(data: bytes, what: str) -> Any:

@@ -26,6 +26,7 @@ from kafka.errors import KafkaError
 from services.connector import topics as change_topics
 from services.settings import StackSettings
 from spark_jobs.changes import DecodeError, decode
+from spark_jobs.merge import doc_id
 
 Position = tuple[str, int, int]  # topic, partition, offset
 
@@ -83,6 +84,26 @@ def duplicate_deliveries(records: Iterable[Delivered], injected: set[Position]) 
         if change is not None:
             seen[(record.topic, record.key, change.sequence, change.op)] += 1
     return sum(times - 1 for times in seen.values() if times > 1)
+
+
+def key_history(records: Iterable[Delivered], doc_ids: set[str], injected: set[Position]) -> dict[str, list[str]]:
+    """For each row id in `doc_ids`, one line per change record of that row, in topic order: where it
+    sits, its op and source.sequence, and its after image; the runner's own records are marked. What a
+    divergence report needs to tell a change Debezium never sent from one a sink did not apply."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for record in records:
+        if record.value is None:
+            continue
+        try:
+            change = decode(record.topic, record.key, record.value)
+        except DecodeError:
+            continue
+        if change is None or change.op == "t" or doc_id(change.key) not in doc_ids:
+            continue
+        mark = " (sent by the runner)" if record.position in injected else ""
+        found[doc_id(change.key)].append(
+            f"p{record.partition}@{record.offset} {change.op} v{change.sequence} after={change.after}{mark}")
+    return dict(found)
 
 
 def stale_records(records: Iterable[Delivered], how_many: int, rnd: random.Random) -> list[Delivered]:

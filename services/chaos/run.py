@@ -10,6 +10,7 @@ afford to disturb.
 from __future__ import annotations
 
 import random
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -100,7 +101,9 @@ def prepare(stack: StackSettings, profile: Profile, seed: int, work_dir: Path) -
     migrations.upgrade(stack)
     label = f"{profile.name}{seed % 10_000}x{uuid.uuid4().hex[:4]}"
     pipeline = chaos_pipeline(load(stack.pipeline_file), profile.writers, profile.snapshot_rows > 0, label)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    # A replay of a seed reuses its folder: the last run's checkpoints name that run's topics.
+    shutil.rmtree(work_dir, ignore_errors=True)
+    work_dir.mkdir(parents=True)
     (work_dir / "pipeline.yaml").write_text(yaml.safe_dump(pipeline.model_dump(by_alias=True, mode="json")))
     jobs = stack.model_copy(update={
         "state_dir": work_dir, "pipeline_file": work_dir / "pipeline.yaml", "job_redis_db": REDIS_DB,
@@ -152,6 +155,7 @@ def run(stack: StackSettings, profile: Profile, seed: int, work_dir: Path, say: 
         with psycopg.connect(postgres.conninfo(stack)) as conn:
             report.ledgers = [ledger.ledger_state(conn, writer) for writer in writers]
         _verify_twice(jobs, pipeline, profile.verify_gap_s, report, say)
+        _explain(stack, pipeline, report.verify_passes[-1], target.injected, say)
         watch.check()
         report.replays = list(watch.replays)
         report.duplicates = sum(
@@ -249,6 +253,20 @@ def _verify_twice(jobs: StackSettings, pipeline: PipelineConfig, gap_s: float, r
         divergences = [d for outcome in outcomes for d in outcome.divergences]
         report.verify_passes.append(divergences)
         say(f"verify pass {number}: {len(outcomes)} views, {len(divergences)} divergences")
+
+
+def _explain(stack: StackSettings, pipeline: PipelineConfig, divergences: list, injected: set, say: Say) -> None:
+    """Print the change records of a few diverging rows: did Debezium send the row's last change?"""
+    wanted: dict[str, set[str]] = {}
+    for divergence in divergences:
+        if divergence.table in pipeline.tables:
+            wanted.setdefault(divergence.table, set()).update(divergence.examples[:3])
+    for table, ids in wanted.items():
+        history = observe.key_history(observe.read_to_end(stack, pipeline.topic(table)), ids, injected)
+        for row in sorted(ids):
+            say(f"change records of {table} {row}:")
+            for line in history.get(row, ["none"]):
+                say(f"    {line}")
 
 
 def _tear_down(stack: StackSettings, jobs: StackSettings, pipeline: PipelineConfig) -> None:

@@ -53,6 +53,23 @@ def test_snapshot_record_sorts_before_every_streamed_change():
     assert all(snapshot.sequence < change.sequence for change in streamed)
 
 
+def _without_previous_commit(name: str, lsn: int):
+    """A streamed record as Debezium sends it for the first transaction after its snapshot."""
+    record = RECORDS[name]
+    value = json.loads(record["value"])
+    value["payload"]["source"].update(sequence=json.dumps([None, str(lsn)]), lsn=lsn)
+    return decode(record["topic"], record["key"].encode(), json.dumps(value).encode())
+
+
+def test_first_transaction_after_the_snapshot_outranks_it_even_when_it_began_below_the_snapshot_point():
+    # The chaos smoke run found this: a transaction begun before the slot was consistent and committed
+    # after it is streamed with no previous commit and a WAL position below the snapshot's.
+    snapshot = _decode("customers_snapshot")
+    first = _without_previous_commit("orders_update", snapshot.sequence[1] - 1000)
+    second_transaction = _decode("orders_update")
+    assert snapshot.sequence < first.sequence < second_transaction.sequence
+
+
 def test_enum_arrives_as_its_label():
     assert _decode("orders_update").after["status"] == "paid"
 
