@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import random
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -24,8 +28,9 @@ def chaos_command(
         if profile not in PROFILES:
             raise StackError(f"unknown profile {profile}: choose {' or '.join(PROFILES)}")
         chosen = seed if seed is not None else random.SystemRandom().randrange(1, 1_000_000)
-        report = run(settings, PROFILES[profile], chosen, settings.state_dir / "chaos" / f"{profile}-{chosen}",
-                     say=lambda line: console.print(line, highlight=False))
+        with terminated_as_exit():
+            report = run(settings, PROFILES[profile], chosen, settings.state_dir / "chaos" / f"{profile}-{chosen}",
+                         say=lambda line: console.print(line, highlight=False))
     console.print(summary(report))
     if not report.passed:
         for failure in report.failures:
@@ -33,6 +38,17 @@ def chaos_command(
         console.print(f"[red]chaos run FAILED; replay with `tide chaos --profile {profile} --seed {chosen}`[/red]")
         raise typer.Exit(1)
     console.print(f"[green]chaos run passed (seed {chosen})[/green]")
+
+
+@contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """SIGTERM (a `kill`, a CI job's timeout) ends the run through its tear-down, as Ctrl-C does, which
+    stops the run's driver and removes its connector and slot; Python's default ends it on the spot."""
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def summary(report: Report) -> Table:

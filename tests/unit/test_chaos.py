@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from services.chaos import observe
 from services.chaos.ledger import LedgerState, ledger_table
 from services.chaos.profiles import FAULTS, PROFILES, Profile, schedule
+from services.chaos.cli import terminated_as_exit
 from services.chaos.run import Report, chaos_pipeline
 from spark_jobs.config import load
 
@@ -140,3 +142,16 @@ def test_tide_chaos_names_an_unknown_profile_and_the_choices_in_one_line():
     result = CliRunner().invoke(app, ["chaos", "--profile", "nope"])
     assert result.exit_code == 1
     assert result.stderr.strip() == "error: unknown profile nope: choose smoke or full"
+
+
+def test_sigterm_during_a_run_unwinds_through_its_tear_down():
+    torn_down = []
+    with pytest.raises(SystemExit) as stopped:
+        with terminated_as_exit():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                torn_down.append(False)  # never reached: the handler runs as soon as kill returns
+            finally:
+                torn_down.append(True)
+    assert stopped.value.code == 128 + signal.SIGTERM and torn_down == [True]
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
