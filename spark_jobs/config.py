@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "pipeline.yaml"
 
@@ -52,6 +52,37 @@ class WarehouseView(_Strict):
     history: bool = False  # SCD type 2 history table beside the current-state table
 
 
+class WindowSpec(_Strict):
+    """One family of event-time windows: [start, start + size), a new one every `slide` seconds
+    (tumbling when slide is absent), aligned to the Unix epoch as Spark's window() is."""
+
+    size_seconds: int = Field(ge=1, le=7 * 86_400)
+    slide_seconds: int | None = Field(default=None, ge=1)
+
+    @property
+    def slide(self) -> int:
+        return self.slide_seconds or self.size_seconds
+
+    @model_validator(mode="after")
+    def _slide_divides_size(self) -> WindowSpec:
+        if self.size_seconds % self.slide != 0:
+            raise ValueError(f"size_seconds {self.size_seconds} must be a multiple of slide_seconds {self.slide}")
+        return self
+
+
+class WindowView(_Strict):
+    """A Delta table of sum(value_column) and count(*) per event-time window of a table's rows
+    (docs/sinks/delta.md): maintained by the warehouse sink from the table's current state."""
+
+    table: Identifier
+    time_column: Identifier
+    value_column: Identifier
+    windows: list[WindowSpec] = Field(min_length=1)
+    # A window stays open (its figures follow every change) until its end is this far behind the
+    # newest event time seen; a change that would alter a closed window is recorded as late.
+    allowed_lateness_seconds: int = Field(ge=0)
+
+
 class TableConfig(_Strict):
     search: SearchView | None = None
     cache: CacheView | None = None
@@ -66,6 +97,8 @@ class TableConfig(_Strict):
 class PipelineConfig(_Strict):
     source: SourceConfig = SourceConfig()
     tables: dict[Identifier, TableConfig]
+    # Event-time window tables by name (each a Delta table <warehouse_dir>/<name>).
+    windows: dict[Identifier, WindowView] = {}
 
     @field_validator("tables")
     @classmethod
@@ -73,6 +106,31 @@ class PipelineConfig(_Strict):
         if not tables:
             raise ValueError("name at least one table to capture")
         return tables
+
+    @model_validator(mode="after")
+    def _windows_name_warehouse_tables(self) -> PipelineConfig:
+        for name, view in self.windows.items():
+            table = self.tables.get(view.table)
+            if table is None:
+                raise ValueError(
+                    f"windows.{name}.table: unknown table {view.table!r}; name one of {', '.join(self.tables)}"
+                )
+            if table.warehouse is None:
+                raise ValueError(f"windows.{name}.table: {view.table} has no warehouse view; add `warehouse: {{}}` to it")
+            if name in self.warehouse_paths():
+                raise ValueError(f"windows.{name}: the name is taken by a warehouse table; choose another")
+        return self
+
+    def warehouse_paths(self) -> set[str]:
+        """Names the warehouse folder already holds: each table and, with history, <table>_history."""
+        names = set()
+        for table, views in self.tables.items():
+            if views.warehouse is not None:
+                names |= {table, history_table(table)} if views.warehouse.history else {table}
+        return names
+
+    def history_tables(self) -> list[str]:
+        return [t for t, views in self.tables.items() if views.warehouse is not None and views.warehouse.history]
 
     def qualified_tables(self) -> list[str]:
         return [f"{self.source.schema_name}.{table}" for table in self.tables]
@@ -106,6 +164,11 @@ def load(path: Path = DEFAULT_PATH) -> PipelineConfig:
     except ValidationError as exc:
         problems = "; ".join(_describe(error) for error in exc.errors())
         raise PipelineConfigError(f"{path}: {problems}") from exc
+
+
+def history_table(table: str) -> str:
+    """The SCD2 history table's name in the warehouse folder."""
+    return f"{table}_history"
 
 
 def topic_table(topic: str) -> str:

@@ -123,17 +123,23 @@ class BatchWriter:
         # Fewer, larger tasks: one per Kafka partition (12 for the demo) costs a Python task launch
         # each, per stage; coalescing (no shuffle) keeps every partition's records together.
         records = batch.rdd.coalesce(batch.sparkSession.sparkContext.defaultParallelism)
-        newest = records.mapPartitions(
-            lambda rows: newest_per_row(decode_partition(rows, sink, bootstrap, dlq_topic, tables))
-        ).persist()
+        changes = records.mapPartitions(lambda rows: decode_partition(rows, sink, bootstrap, dlq_topic, tables))
+        # A sink that keeps history needs every change, not only the newest per row: decode once.
+        history = getattr(self.sink, "write_history", None)
+        changes = changes.persist() if history else changes
+        newest = changes.mapPartitions(newest_per_row).persist()
         try:
             # Truncates first, from the driver (a handful per batch): a row change applied
             # concurrently in another partition must already see the raised watermark.
             truncates = newest.filter(lambda change: change.op == "t").collect()
             rows = newest.filter(lambda change: change.op != "t")
             self._apply(batch.sparkSession, truncates, rows, batch_id)
+            if history:
+                rejected = history(batch.sparkSession, changes, batch_id)
+                dead_letters.send(bootstrap, dlq_topic, rejected_letters(sink, rejected))
         finally:
             newest.unpersist()
+            changes.unpersist()
 
     def _wait_for_sink(self, batch_id: int, max_backoff_s: float = 30.0) -> None:
         """Hold this query (only this one) until its store answers. Launching tasks against a store

@@ -70,3 +70,8 @@ class BatchSink(Protocol):
     def write_batch(self, spark: SparkSession, changes: RDD[Change], batch_id: int) -> list[Rejected]:
         """Apply one micro-batch (an RDD of the newest change per row; never collected to the driver).
         Idempotent for a replayed batch_id. Returns the (few) changes it could not apply."""
+
+    # Optional: a sink that has it (the Delta sink, for SCD2 history) is also called, after
+    # `write_batch`, with every decoded change of the batch before the newest-per-row reduction:
+    # def write_history(self, spark, changes: RDD[Change], batch_id: int) -> list[Rejected]
+

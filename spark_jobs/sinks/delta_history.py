@@ -1,0 +1,220 @@
+"""SCD type 2 history tables: every committed version of each row of the tables marked
+`warehouse: {history: true}`, in `<warehouse_dir>/<table>_history` (docs/sinks/delta.md).
+
+Per micro-batch, from every decoded change of the batch (not only the newest per row):
+
+1. `row_versions` (spark_jobs/scd2.py) keeps each row's distinct versions and fills
+   unchanged-TOAST columns from the previous version in the batch;
+2. a MERGE inserts each version whose (primary key, version) the table lacks: a replayed batch or
+   a re-delivered record never adds a second copy of a version;
+3. the affected rows' intervals are recomputed over all their stored versions (a window over the
+   key, in version order): valid_to = the next version's valid_from, is_current = newest and not a
+   delete. A version that arrives late, between two stored ones, closes and is closed correctly.
+   Columns a version could not fill in step 1 are taken from the stored version before it.
+   Only rows whose values change are updated, so a replay commits nothing.
+
+A truncate closes every row that was live at its version with a version of op 't'.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING
+
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, StructField, TimestampType
+
+from spark_jobs.changes import Change
+from spark_jobs.config import history_table
+from spark_jobs.scd2 import ENDS, row_versions
+from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR, Rejected
+from spark_jobs.sinks.delta import (
+    _OP,
+    _UNAVAILABLE,
+    _collect_facts,
+    _delta,
+    _encode,
+    _plan,
+    _q,
+    _TableFacts,
+    _TablePlan,
+    evolve,
+    stored_schema,
+)
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+    from pyspark.sql import DataFrame, SparkSession
+
+VALID_FROM, VALID_TO, IS_CURRENT, SOURCE_OP = "valid_from", "valid_to", "is_current", "source_op"
+UNAVAILABLE = "tl_unavailable"  # columns whose value no earlier version could supply (normally empty)
+HISTORY_META = [
+    StructField(SOURCE_OP, StringType()), StructField(VALID_FROM, TimestampType()),
+    StructField(VALID_TO, TimestampType()), StructField(IS_CURRENT, BooleanType()),
+    StructField(VERSION_MAJOR, LongType()), StructField(VERSION_MINOR, LongType()),
+    StructField(UNAVAILABLE, ArrayType(StringType())),
+]
+
+
+class DeltaHistory:
+    """The history tables of one warehouse; driven by `DeltaSink.write_history` on the driver."""
+
+    def __init__(self, warehouse_dir: str, tables: list[str]) -> None:
+        self.warehouse_dir = warehouse_dir
+        self.tables = frozenset(tables)
+
+    def path(self, table: str) -> str:
+        return f"{self.warehouse_dir}/{history_table(table)}"
+
+    def write(self, spark: SparkSession, changes: RDD[Change]) -> list[Rejected]:
+        if not self.tables:
+            return []
+        tables = self.tables
+        versions = changes.filter(lambda change: change.table in tables).mapPartitions(row_versions).persist()
+        try:
+            facts = _collect_facts(versions)
+            rejected: list[Rejected] = []
+            for table in sorted(facts):
+                if facts[table].keys:
+                    rows = versions.filter(lambda change, t=table: change.table == t and change.op != "t")
+                    rejected += self._apply_table(spark, table, facts[table], rows)
+                if facts[table].truncate is not None:
+                    truncates = versions.filter(lambda change, t=table: change.table == t and change.op == "t")
+                    for truncate in truncates.collect():  # a handful at most
+                        self._truncate(spark, table, truncate)
+            return rejected
+        finally:
+            versions.unpersist()
+
+    def _apply_table(self, spark: SparkSession, table: str, facts: _TableFacts, changes: RDD[Change]) -> list[Rejected]:
+        path = self.path(table)
+        stored = _data_columns(stored_schema(spark, path))
+        plan = _plan(table, facts, stored or {})
+        evolve(spark, path, plan, stored, HISTORY_META, {KEYS_PROPERTY: ",".join(plan.keys)})
+        encoded = changes.map(partial(_encode, plan=plan)).persist()
+        try:
+            rejected = encoded.filter(lambda pair: pair[1] is not None).map(lambda pair: pair[1]).collect()
+            rows = encoded.filter(lambda pair: pair[0] is not None).map(lambda pair: pair[0])
+            source = spark.createDataFrame(rows, plan.source_schema())
+            self._insert_versions(spark, path, plan, source)
+            self._recompute(spark, path, plan.keys, source.select(*(_q(k) for k in plan.keys)).distinct())
+        finally:
+            encoded.unpersist()
+        return rejected
+
+    def _insert_versions(self, spark: SparkSession, path: str, plan: _TablePlan, source: DataFrame) -> None:
+        """Each version the table lacks, by (primary key, version): insert-if-absent."""
+        versions = source.select(
+            *(F.col(_q(c)) for c in plan.fields),
+            F.col(_OP).alias(SOURCE_OP), F.col(COMMIT_TS).alias(VALID_FROM),
+            F.lit(None).cast(TimestampType()).alias(VALID_TO), F.lit(False).alias(IS_CURRENT),
+            F.col(VERSION_MAJOR), F.col(VERSION_MINOR), F.col(_UNAVAILABLE).alias(UNAVAILABLE),
+        )
+        (
+            _delta().forPath(spark, path).alias("t")
+            .merge(versions.alias("s"), _same_version(plan.keys))
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    def _recompute(self, spark: SparkSession, path: str, keys: tuple[str, ...] | list[str], affected: DataFrame) -> None:
+        """Intervals, current flags and inherited unchanged-TOAST values of the affected rows' versions."""
+        history = spark.read.format("delta").load(path)
+        keys = list(keys)
+        data = [f.name for f in history.schema.fields if f.name not in keys and f.name not in _META_NAMES]
+        order = Window.partitionBy(*(_q(k) for k in keys)).orderBy(VERSION_MAJOR, VERSION_MINOR)
+        before_live = F.lag(VERSION_MAJOR).over(order).isNotNull() & ~F.lag(SOURCE_OP).over(order).isin(*ENDS)
+        inherited = {
+            c: F.when(before_live & F.array_contains(UNAVAILABLE, c), F.lag(_q(c)).over(order)).otherwise(F.col(_q(c)))
+            for c in data
+        }
+        still_unknown = F.when(
+            before_live, F.array_intersect(UNAVAILABLE, F.coalesce(F.lag(UNAVAILABLE).over(order), F.array()))
+        ).otherwise(F.col(UNAVAILABLE))
+        wanted = history.join(affected, keys, "left_semi").select(
+            *(_q(k) for k in keys), VERSION_MAJOR, VERSION_MINOR,
+            F.lead(VALID_FROM).over(order).alias("_valid_to"),
+            (F.lead(VERSION_MAJOR).over(order).isNull() & ~F.col(SOURCE_OP).isin(*ENDS)).alias("_is_current"),
+            still_unknown.alias("_unavailable"),
+            *(expr.alias(f"_v_{c}") for c, expr in inherited.items()), F.col(VALID_TO), F.col(IS_CURRENT),
+            F.size(UNAVAILABLE).alias("_had_unavailable"),
+        )
+        changed = wanted.where(
+            ~F.col(VALID_TO).eqNullSafe(F.col("_valid_to")) | (F.col(IS_CURRENT) != F.col("_is_current"))
+            | (F.col("_had_unavailable") != F.size("_unavailable"))
+        ).persist()
+        try:
+            if changed.isEmpty():
+                return
+            updates = {VALID_TO: "s._valid_to", IS_CURRENT: "s._is_current", UNAVAILABLE: "s._unavailable"}
+            updates |= {_q(c): f"s.{_q('_v_' + c)}" for c in data}
+            (
+                _delta().forPath(spark, path).alias("t")
+                .merge(changed.alias("s"), _same_version(keys))
+                .whenMatchedUpdate(set=updates)
+                .execute()
+            )
+        finally:
+            changed.unpersist()
+
+    def _truncate(self, spark: SparkSession, table: str, truncate: Change) -> None:
+        """Close every row live just before the truncate with a version of op 't' at the truncate's
+        version (inserted if absent, so a replayed truncate adds nothing)."""
+        path = self.path(table)
+        if not _delta().isDeltaTable(spark, path):
+            return
+        history = spark.read.format("delta").load(path)
+        columns = [f.name for f in history.schema.fields if f.name not in _META_NAMES]
+        keys = _key_columns(spark, path)
+        major, minor = truncate.sequence
+        below = (F.col(VERSION_MAJOR) < major) | ((F.col(VERSION_MAJOR) == major) & (F.col(VERSION_MINOR) < minor))
+        newest_first = Window.partitionBy(*(_q(k) for k in keys)).orderBy(
+            F.col(VERSION_MAJOR).desc(), F.col(VERSION_MINOR).desc()
+        )
+        live = (
+            history.where(below).withColumn("_rank", F.row_number().over(newest_first))
+            .where((F.col("_rank") == 1) & ~F.col(SOURCE_OP).isin(*ENDS))
+        )
+        committed = None if truncate.commit_ts_ms is None else truncate.commit_ts_ms / 1000
+        closing = live.select(
+            *(F.col(_q(c)) if c in keys else F.lit(None).cast(history.schema[c].dataType).alias(c) for c in columns),
+            F.lit("t").alias(SOURCE_OP), F.lit(committed).cast(TimestampType()).alias(VALID_FROM),
+            F.lit(None).cast(TimestampType()).alias(VALID_TO), F.lit(False).alias(IS_CURRENT),
+            F.lit(major).cast(LongType()).alias(VERSION_MAJOR), F.lit(minor).cast(LongType()).alias(VERSION_MINOR),
+            F.array().cast(ArrayType(StringType())).alias(UNAVAILABLE),
+        ).persist()
+        try:
+            if closing.isEmpty():
+                return
+            (
+                _delta().forPath(spark, path).alias("t")
+                .merge(closing.alias("s"), _same_version(keys))
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+            self._recompute(spark, path, keys, closing.select(*(_q(k) for k in keys)).distinct())
+        finally:
+            closing.unpersist()
+
+
+_META_NAMES = frozenset(field.name for field in HISTORY_META)
+
+
+KEYS_PROPERTY = "tideline.primaryKey"
+
+
+def _key_columns(spark: SparkSession, path: str) -> list[str]:
+    """The history table's primary-key columns, kept in its table properties when it is created."""
+    properties = spark.sql(f"SHOW TBLPROPERTIES delta.{_q(path)}").collect()
+    keys = next((row["value"] for row in properties if row["key"] == KEYS_PROPERTY), "")
+    return [k for k in keys.split(",") if k]
+
+
+def _data_columns(stored: dict | None) -> dict | None:
+    return None if stored is None else {c: t for c, t in stored.items() if c not in _META_NAMES}
+
+
+def _same_version(keys: tuple[str, ...] | list[str]) -> str:
+    on = [f"t.{_q(k)} <=> s.{_q(k)}" for k in keys]
+    return " AND ".join([*on, f"t.{VERSION_MAJOR} = s.{VERSION_MAJOR}", f"t.{VERSION_MINOR} = s.{VERSION_MINOR}"])

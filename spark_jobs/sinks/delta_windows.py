@@ -1,0 +1,217 @@
+"""Event-time window tables: sum(value) and count(*) per window of a table's rows, from the warehouse's
+current-state table, with a watermark and recorded late changes (docs/sinks/delta.md).
+
+What the figures mean: the rows as they are now (the current state), not the first image of each row.
+A change data capture stream carries edits and deletes, which an append-only streaming aggregation
+(Spark's withWatermark + window) cannot retract; and the demo's order is inserted with total 0 and
+given its total by an update in the same transaction. So the warehouse query, after MERGEing a table,
+recomputes the windows that are still open from that table, and the watermark decides which are open:
+
+- watermark = the newest event time the table has held, minus `allowed_lateness_seconds`; it never
+  goes back (kept in `_tideline/window_watermarks`), and a batch uses the one left by the batches
+  before it, as Spark does;
+- a window whose end is at or below the watermark is closed: its figures no longer change;
+- a change that would alter a closed window (a new row in it, a deleted or edited one) is late: its
+  effect on that window (value and count delta, relative to the row the warehouse held) is recorded
+  in `<name>_late` with the reason, and counted in the driver's log. So for every window,
+  figures + the sum of its late deltas = the aggregate over the source's rows now.
+
+Every step is idempotent: open windows are recomputed (not incremented), late records are inserted
+if absent by (window, row, version) and written before the MERGE that would hide their delta.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+from spark_jobs.config import WindowSpec, WindowView
+from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
+from spark_jobs.sinks.delta import _DOC_ID, _OP, _UNAVAILABLE, _TablePlan, _delta, _newer, _q, create_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+log = logging.getLogger("tideline.windows")
+
+SIZE, SLIDE, START, END = "window_size_seconds", "window_slide_seconds", "window_start", "window_end"
+VALUE_SUM, ROW_COUNT = "value_sum", "row_count"
+VALUE_DELTA, COUNT_DELTA, ROW_ID, WATERMARK, REASON = "value_delta", "count_delta", "row_id", "watermark", "reason"
+_WATERMARKS_SCHEMA = StructType([StructField("view", StringType()), StructField("watermark", TimestampType())])
+
+
+def late_table(name: str) -> str:
+    return f"{name}_late"
+
+
+class DeltaWindows:
+    """The window tables of one warehouse, refreshed by `DeltaSink` after each MERGE of their table."""
+
+    def __init__(self, warehouse_dir: str, views: dict[str, WindowView]) -> None:
+        self.warehouse_dir = warehouse_dir
+        self.views = dict(views)
+
+    def path(self, name: str) -> str:
+        return f"{self.warehouse_dir}/{name}"
+
+    @property
+    def watermarks_path(self) -> str:
+        return f"{self.warehouse_dir}/_tideline/window_watermarks"
+
+    def setup(self, spark: SparkSession) -> None:
+        if self.views:
+            create_table(spark, self.watermarks_path, _WATERMARKS_SCHEMA)
+
+    def _of(self, table: str) -> dict[str, WindowView]:
+        return {name: view for name, view in self.views.items() if view.table == table}
+
+    def watermark(self, spark: SparkSession, name: str) -> Column | None:
+        rows = spark.read.format("delta").load(self.watermarks_path).where(F.col("view") == name).collect()
+        return F.lit(rows[0]["watermark"]).cast(TimestampType()) if rows and rows[0]["watermark"] else None
+
+    # -------------------------------------------------------------- late changes (before the MERGE)
+
+    def record_late(self, spark: SparkSession, plan: _TablePlan, fresh: DataFrame, current_path: str) -> None:
+        """Record the changes of `fresh` that would alter a closed window of `plan.table`."""
+        for name, view in self._of(plan.table).items():
+            watermark = self.watermark(spark, name)
+            if watermark is None or not _delta().isDeltaTable(spark, current_path):
+                continue  # no window is closed yet
+            late = self._late(spark, view, plan, fresh, current_path, watermark).persist()
+            try:
+                count = late.count()
+                if count:
+                    self._insert_late(spark, name, late)
+                    log.warning("%s: %d window figures changed after their window closed (allowed lateness %ss): "
+                                "recorded in %s", name, count, view.allowed_lateness_seconds, self.path(late_table(name)))
+            finally:
+                late.unpersist()
+
+    def _late(
+        self, spark: SparkSession, view: WindowView, plan: _TablePlan, fresh: DataFrame, current_path: str, watermark: Column
+    ) -> DataFrame:
+        time_column, value_column = view.time_column, view.value_column
+        held = spark.read.format("delta").load(current_path).select(
+            *(F.col(_q(k)) for k in plan.keys),
+            F.col(_q(time_column)).alias("_old_time"), F.col(_q(value_column)).alias("_old_value"),
+            F.col(VERSION_MAJOR).alias("_old_major"), F.col(VERSION_MINOR).alias("_old_minor"),
+        )
+        joined = fresh.join(held, list(plan.keys), "left")
+        wins = F.col("_old_major").isNull() | _newer(
+            F.col(VERSION_MAJOR), F.col(VERSION_MINOR), F.col("_old_major"), F.col("_old_minor")
+        )
+        joined = joined.where(wins)
+
+        def arriving(column: str, old: str) -> Column:
+            if column not in plan.fields:
+                return F.lit(None)
+            unchanged = F.array_contains(F.col(_UNAVAILABLE), column)
+            return F.when(F.col(_OP) == "d", F.lit(None)).when(unchanged, F.col(old)).otherwise(F.col(_q(column)))
+
+        identity = [F.col(_DOC_ID).alias(ROW_ID), F.col(VERSION_MAJOR), F.col(VERSION_MINOR)]
+        old = joined.where(F.col("_old_time").isNotNull()).select(
+            *identity, F.col("_old_time").alias("_time"), (-F.col("_old_value")).alias("_value"), F.lit(-1).alias("_count")
+        )
+        new = joined.select(
+            *identity, arriving(time_column, "_old_time").cast(TimestampType()).alias("_time"),
+            arriving(value_column, "_old_value").alias("_value"), F.lit(1).alias("_count"),
+        ).where(F.col("_time").isNotNull())
+        contributions = _in_windows(old.unionByName(new, allowMissingColumns=False), view.windows)
+        deltas = contributions.groupBy(ROW_ID, VERSION_MAJOR, VERSION_MINOR, SIZE, SLIDE, START, END).agg(
+            F.sum("_value").alias(VALUE_DELTA), F.sum("_count").alias(COUNT_DELTA)
+        )
+        return deltas.where(
+            (F.col(END) <= watermark)
+            & ((F.coalesce(F.col(VALUE_DELTA), F.lit(0)) != 0) | (F.col(COUNT_DELTA) != 0))
+        ).select(
+            SIZE, SLIDE, START, END, ROW_ID, VERSION_MAJOR, VERSION_MINOR, VALUE_DELTA, COUNT_DELTA,
+            watermark.alias(WATERMARK),
+            F.lit(f"window closed: its end is not after the watermark (newest event time minus "
+                  f"{view.allowed_lateness_seconds} s)").alias(REASON),
+            F.current_timestamp().alias("recorded_at"),
+        )
+
+    def _insert_late(self, spark: SparkSession, name: str, late: DataFrame) -> None:
+        path = self.path(late_table(name))
+        create_table(spark, path, late.schema)
+        on = " AND ".join(f"t.{c} = s.{c}" for c in (SIZE, SLIDE, START, ROW_ID, VERSION_MAJOR, VERSION_MINOR))
+        _delta().forPath(spark, path).alias("t").merge(late.alias("s"), on).whenNotMatchedInsertAll().execute()
+
+    # -------------------------------------------------------------- open windows (after the MERGE)
+
+    def refresh(self, spark: SparkSession, table: str, current_path: str) -> None:
+        """Recompute every open window of `table`'s views from its current state, then raise the watermark."""
+        for name, view in self._of(table).items():
+            if not _delta().isDeltaTable(spark, current_path):
+                continue
+            rows = spark.read.format("delta").load(current_path)
+            missing = [c for c in (view.time_column, view.value_column) if c not in rows.columns]
+            if missing:
+                raise ValueError(f"windows.{name}: the warehouse table {table} has no column {', '.join(missing)}")
+            watermark = self.watermark(spark, name)
+            self._recompute(spark, name, view, rows, watermark)
+            self._raise_watermark(spark, name, view, rows)
+
+    def _recompute(self, spark: SparkSession, name: str, view: WindowView, rows: DataFrame, watermark: Column | None) -> None:
+        timed = rows.select(F.col(_q(view.time_column)).cast(TimestampType()).alias("_time"),
+                            F.col(_q(view.value_column)).alias("_value")).where(F.col("_time").isNotNull())
+        if watermark is not None:  # only rows that can be in an open window
+            longest = max(spec.size_seconds for spec in view.windows)
+            timed = timed.where(F.col("_time") > watermark - F.expr(f"INTERVAL {longest} SECONDS"))
+        windows = _in_windows(timed.withColumn("_count", F.lit(1)), view.windows)
+        if watermark is not None:
+            windows = windows.where(F.col(END) > watermark)
+        figures = windows.groupBy(SIZE, SLIDE, START, END).agg(
+            F.sum("_value").alias(VALUE_SUM), F.count(F.lit(1)).alias(ROW_COUNT)
+        )
+        path = self.path(name)
+        create_table(spark, path, figures.schema)
+        merge = _delta().forPath(spark, path).alias("t").merge(
+            figures.alias("s"), " AND ".join(f"t.{c} = s.{c}" for c in (SIZE, SLIDE, START))
+        )
+        differs = f"NOT (t.{VALUE_SUM} <=> s.{VALUE_SUM}) OR t.{ROW_COUNT} <> s.{ROW_COUNT}"
+        merge = merge.whenMatchedUpdate(differs, set={VALUE_SUM: f"s.{VALUE_SUM}", ROW_COUNT: f"s.{ROW_COUNT}"})
+        merge = merge.whenNotMatchedInsertAll()
+        if watermark is None:
+            merge = merge.whenNotMatchedBySourceDelete()
+        else:
+            merge = merge.whenNotMatchedBySourceDelete(F.col(f"t.{END}") > watermark)
+        merge.execute()
+
+    def _raise_watermark(self, spark: SparkSession, name: str, view: WindowView, rows: DataFrame) -> None:
+        newest = rows.select(F.max(F.col(_q(view.time_column)).cast(TimestampType())).alias("newest"))
+        candidate = newest.select(
+            F.lit(name).alias("view"),
+            (F.col("newest") - F.expr(f"INTERVAL {view.allowed_lateness_seconds} SECONDS")).alias("watermark"),
+        ).where(F.col("watermark").isNotNull())
+        (
+            _delta().forPath(spark, self.watermarks_path).alias("t")
+            .merge(candidate.alias("s"), "t.view = s.view")
+            .whenMatchedUpdate("s.watermark > t.watermark", set={"watermark": "s.watermark"})
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+
+def _in_windows(rows: DataFrame, specs: list[WindowSpec]) -> DataFrame:
+    """Each row once per window of each spec containing its `_time` (epoch-aligned, as
+    spark_jobs.event_windows.window_starts): columns SIZE, SLIDE, START, END added."""
+    assigned = None
+    for spec in specs:
+        slide_us, count = spec.slide * 1_000_000, spec.size_seconds // spec.slide
+        micros = F.unix_micros(F.col("_time"))
+        last_start = micros - F.pmod(micros, F.lit(slide_us))  # floor to the slide, also before the epoch
+        one = (
+            rows.select("*", F.explode(F.sequence(F.lit(0), F.lit(count - 1))).alias("_k"))
+            .select(
+                *rows.columns, F.lit(spec.size_seconds).alias(SIZE), F.lit(spec.slide).alias(SLIDE),
+                F.timestamp_micros(last_start - F.col("_k") * F.lit(slide_us)).alias(START),
+            )
+            .withColumn(END, F.col(START) + F.expr(f"INTERVAL {spec.size_seconds} SECONDS"))
+        )
+        assigned = one if assigned is None else assigned.unionByName(one)
+    assert assigned is not None
+    return assigned
