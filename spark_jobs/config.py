@@ -129,6 +129,24 @@ class PipelineConfig(_Strict):
                 names |= {table, history_table(table)} if views.warehouse.history else {table}
         return names
 
+    def window_problems(self, catalog: dict[str, dict[str, str]]) -> list[str]:
+        """What `windows:` gets wrong about the source schema. `catalog` is table -> column ->
+        PostgreSQL type category (pg_type.typcategory: 'D' date/time, 'N' numeric)."""
+        problems = []
+        for name, view in self.windows.items():
+            columns = catalog.get(view.table, {})
+            for field, column, category, kind in (
+                ("time_column", view.time_column, "D", "a date or timestamp"),
+                ("value_column", view.value_column, "N", "a numeric"),
+            ):
+                if column not in columns:
+                    known = ", ".join(sorted(columns)) or "none: does the table exist?"
+                    problems.append(f"windows.{name}.{field}: {self.source.schema_name}.{view.table} has no column "
+                                    f"{column!r} (columns: {known}); fix pipeline.yaml")
+                elif columns[column] != category:
+                    problems.append(f"windows.{name}.{field}: {view.table}.{column} is not {kind} column; fix pipeline.yaml")
+        return problems
+
     def history_tables(self) -> list[str]:
         return [t for t, views in self.tables.items() if views.warehouse is not None and views.warehouse.history]
 

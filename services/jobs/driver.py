@@ -7,9 +7,12 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
+
 from services.settings import StackSettings
-from services.stack import elasticsearch, jars
-from services.stack.service import Service, Unhealthy
+from services.stack import elasticsearch, jars, postgres
+from services.stack.service import Service, StackError, Unhealthy
+from spark_jobs.config import load
 from spark_jobs.settings import JobSettings
 
 STATUS_STALE_S = 30.0
@@ -65,8 +68,34 @@ def probe(settings: StackSettings) -> str:
     return "queries " + ", ".join(status["queries"])
 
 
+_COLUMN_CATEGORIES = """
+SELECT c.table_name, c.column_name, t.typcategory
+FROM information_schema.columns c
+JOIN pg_type t ON t.typname = c.udt_name
+WHERE c.table_schema = %s AND c.table_name = ANY(%s)
+"""
+
+
+def check_windows(settings: StackSettings) -> None:
+    """The window views' columns exist in PostgreSQL's catalog with usable types: checked before the
+    driver starts, so a typo is one line at `tide jobs start` rather than a failing query later."""
+    pipeline = load(settings.pipeline_file)
+    if not pipeline.windows:
+        return
+    tables = sorted({view.table for view in pipeline.windows.values()})
+    with psycopg.connect(postgres.conninfo(settings)) as conn:
+        rows = conn.execute(_COLUMN_CATEGORIES, (pipeline.source.schema_name, tables)).fetchall()
+    catalog: dict[str, dict[str, str]] = {}
+    for table, column, category in rows:
+        catalog.setdefault(table, {})[column] = category
+    problems = pipeline.window_problems(catalog)
+    if problems:
+        raise StackError(f"{settings.pipeline_file}: {'; '.join(problems)}")
+
+
 def prepare(settings: StackSettings) -> None:
     status_file(settings).unlink(missing_ok=True)  # a new driver must report afresh
+    check_windows(settings)
     jars.ensure(settings, "spark")
 
 
