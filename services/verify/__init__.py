@@ -25,7 +25,7 @@ import psycopg
 from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.stack import postgres
-from services.verify import readers
+from services.verify import derived, readers
 from services.verify.readers import VerifyError
 from services.verify.reconcile import (
     Canonicaliser,
@@ -35,9 +35,10 @@ from services.verify.reconcile import (
     compare,
     spill,
 )
-from spark_jobs.config import PipelineConfig, load
+from spark_jobs.config import PipelineConfig, WindowView, history_table, load
 from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS, SinkName
+from spark_jobs.sinks.delta_history import IS_CURRENT
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,11 +80,12 @@ class Targets:
 class Outcome:
     """The result for one (table, sink): rows on each side and what disagrees (empty when clean)."""
 
-    table: str
-    sink: SinkName
+    table: str  # a table, or a window view's name
+    sink: str  # a sink name, or "history" / "windows" for the warehouse's derived tables
     source_rows: int
     sink_rows: int
     divergences: tuple[Divergence, ...]
+    note: str = ""  # e.g. how many windows have late changes
 
     @property
     def clean(self) -> bool:
@@ -137,13 +139,50 @@ def reconcile_views(
             for sink in wanted:
                 pairs = _sink_pairs(sink, canon, targets, pipeline, session)
                 spilled = spill(pairs, Path(scratch) / table / sink, buckets)
-                outcome = _outcome(table, sink, source, spilled, examples)
+                found = [_outcome(table, sink, source, spilled, examples)]
                 spilled.remove()
+                if sink == "warehouse" and table in pipeline.history_tables():
+                    found.append(_history_outcome(canon, source, targets, session, Path(scratch), examples))
+                for outcome in found:
+                    outcomes.append(outcome)
+                    if on_outcome:
+                        on_outcome(outcome)
+            source.remove()
+        for name, view in pipeline.windows.items():
+            if any(table == view.table and "warehouse" in wanted for table, wanted in plan):
+                outcome = _windows_outcome(conn, session, targets, pipeline, name, view, examples)
                 outcomes.append(outcome)
                 if on_outcome:
                     on_outcome(outcome)
-            source.remove()
     return outcomes
+
+
+def _history_outcome(
+    canon: Canonicaliser, source: Spilled, targets: Targets, spark: Any, scratch: Path, examples: int
+) -> Outcome:
+    """The history table's current versions against PostgreSQL, plus its own structure."""
+    table = canon.shape.table
+    path = targets.warehouse_dir / history_table(table)
+    rows = readers.warehouse_rows(spark, path, canon.shape, where=f"{IS_CURRENT}")
+    spilled = spill(((_warehouse_id(canon, row), canon.digest(row)) for row in rows), scratch / table / "history",
+                    source.buckets)
+    tally = compare(source, spilled, examples, unique_ids=False)
+    spilled.remove()
+    structure = derived.history_structure(spark, path, canon.shape, examples)
+    divergences = tally.divergences(table, "history") + structure.divergences(table, "history")
+    return Outcome(table, "history", source.rows, spilled.rows, tuple(divergences))
+
+
+def _windows_outcome(
+    conn: psycopg.Connection, spark: Any, targets: Targets, pipeline: PipelineConfig, name: str, view: WindowView,
+    examples: int,
+) -> Outcome:
+    """A window table (plus its late deltas) against PostgreSQL's rows aggregated the same way."""
+    expected = derived.source_figures(conn, pipeline.source.schema_name, view)
+    figures, late = derived.warehouse_figures(spark, targets.warehouse_dir, name)
+    tally = derived.compare_figures(expected, figures, late, examples)
+    note = f"{len(late)} windows with late changes" if late else ""
+    return Outcome(name, "windows", len(expected), len(figures), tuple(tally.divergences(name, "windows")), note)
 
 
 def selection(

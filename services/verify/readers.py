@@ -216,14 +216,16 @@ def decode_hash(fields: dict[bytes, bytes]) -> Row:
 # ---- Delta Lake ------------------------------------------------------------------------------------
 
 
-def warehouse_rows(spark: SparkSession, path: Path, shape: TableShape) -> Iterator[Row]:
-    """Every row of the Delta table at `path` (the current state), streamed to the driver one
-    partition at a time with toLocalIterator. No table there yields nothing."""
+def warehouse_rows(spark: SparkSession, path: Path, shape: TableShape, where: str | None = None) -> Iterator[Row]:
+    """Every row of the Delta table at `path` (the current state; or those matching the SQL
+    condition `where`), streamed to the driver one partition at a time with toLocalIterator.
+    No table there yields nothing."""
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, str(path)):
         return
     frame = spark.read.format("delta").load(str(path))
+    frame = frame.where(where) if where else frame
     types = {item.name: item.dataType for item in frame.schema.fields}
     wanted = [column for column in shape.columns if column.name in types]
     selected = frame.select(*(_transport(column.name, types[column.name]) for column in wanted))
