@@ -1,0 +1,210 @@
+"""The warehouse's derived views end to end, on the session's apply run (conftest.py `run`):
+SCD2 history against versions recorded by PostgreSQL itself, through a kill -9 and a replayed batch;
+event-time windows against SQL, with late orders recorded apart; a bad window column at start-up.
+
+The oracle for history is an audit trigger installed by the test: it records, inside each writing
+transaction, every version of every customer and product row, so it sees exactly the committed
+versions, in commit order per row (row locks order the writers of one row), with no Debezium,
+Kafka or Spark involved.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+import migrations
+from services.jobs import driver
+from services.settings import StackSettings
+from services.stack import postgres, process, runner
+from spark_jobs.config import history_table, load
+from spark_jobs.event_windows import window_starts
+from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
+from tests.e2e.support import Workload, converged, kill_9_driver, tide_result, write_pipeline
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.stack
+
+# The columns compared per table, as text (descriptions as their md5: they are up to 22 KB).
+COMPARED = {
+    "customers": {"email": "NEW.email", "name": "NEW.name", "country": "NEW.country"},
+    "products": {"sku": "NEW.sku", "name": "NEW.name", "price": "NEW.price::text", "description": "md5(NEW.description)"},
+}
+OPS = {"INSERT": "c", "UPDATE": "u", "DELETE": "d"}
+
+
+def _install_audit(conn: psycopg.Connection) -> None:
+    conn.execute("DROP TABLE IF EXISTS test_history_audit")
+    conn.execute("CREATE TABLE test_history_audit (seq bigserial PRIMARY KEY, tbl text, row_id bigint, op text, image jsonb)")
+    for table, columns in COMPARED.items():
+        image = ", ".join(f"'{name}', {expr}" for name, expr in columns.items())
+        conn.execute(f"""
+            CREATE OR REPLACE FUNCTION test_audit_{table}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF TG_OP = 'DELETE' THEN
+                INSERT INTO test_history_audit (tbl, row_id, op, image) VALUES (TG_TABLE_NAME, OLD.id, TG_OP, NULL);
+              ELSE
+                INSERT INTO test_history_audit (tbl, row_id, op, image)
+                VALUES (TG_TABLE_NAME, NEW.id, TG_OP, jsonb_build_object({image}));
+              END IF;
+              RETURN NULL;
+            END $$""")
+        conn.execute(f"DROP TRIGGER IF EXISTS test_audit ON {table}")
+        conn.execute(f"CREATE TRIGGER test_audit AFTER INSERT OR UPDATE OR DELETE ON {table} "
+                     f"FOR EACH ROW EXECUTE FUNCTION test_audit_{table}()")
+
+
+def _drop_audit(conn: psycopg.Connection) -> None:
+    for table in COMPARED:
+        conn.execute(f"DROP TRIGGER IF EXISTS test_audit ON {table}")
+    conn.execute("DROP TABLE IF EXISTS test_history_audit")
+
+
+def _audited(conn: psycopg.Connection) -> dict[tuple[str, int], list[tuple[str, dict | None]]]:
+    found: dict[tuple[str, int], list[tuple[str, dict | None]]] = {}
+    for table, row_id, op, image in conn.execute("SELECT tbl, row_id, op, image FROM test_history_audit ORDER BY seq"):
+        found.setdefault((table, row_id), []).append((OPS[op], image))
+    return found
+
+
+def _last_batch(commits) -> int:
+    """The newest micro-batch a query's checkpoint records as done (-1 for none)."""
+    return max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=-1) if commits.exists() else -1
+
+
+def _history(spark, jobs: StackSettings, table: str) -> dict[int, list[dict]]:
+    """Each row's stored versions in version order, with the compared columns as the trigger renders them."""
+    from pyspark.sql import functions as F
+
+    frame = spark.read.format("delta").load(str(jobs.state_dir / "warehouse" / history_table(table)))
+    rendered = {"price": F.col("price").cast("string"), "description": F.md5("description")}
+    columns = [rendered.get(name, F.col(name)).alias(name) for name in COMPARED[table]]
+    rows = frame.select("id", "source_op", F.unix_micros("valid_from").alias("valid_from"), VERSION_MAJOR, VERSION_MINOR,
+                        *columns).orderBy("id", VERSION_MAJOR, VERSION_MINOR).collect()
+    found: dict[int, list[dict]] = {}
+    for row in rows:
+        found.setdefault(row["id"], []).append(row.asDict())
+    return found
+
+
+def _as_audited(version: dict, table: str) -> tuple[str, dict | None]:
+    if version["source_op"] == "d":
+        return "d", None
+    return version["source_op"], {name: version[name] for name in COMPARED[table]}
+
+
+def test_history_holds_every_committed_version_once_through_a_kill_9_and_a_replayed_batch(run, spark, stack):
+    jobs, pipeline, first = run
+    first.finish()
+    with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
+        _install_audit(conn)
+        installed_us = conn.execute("SELECT (extract(epoch FROM now()) * 1e6)::bigint").fetchone()[0]
+    try:
+        commits = jobs.state_dir / "checkpoints" / "warehouse" / "commits"
+        done_before = _last_batch(commits)
+        writer = Workload(stack, seed=21)
+        writer.start()
+        wait_until(lambda: writer.done >= 150 and _last_batch(commits) > done_before, 240,
+                   "writes, and a warehouse batch of them, before the kill")
+        kill_9_driver(jobs)
+        # Make sure the warehouse replays a batch it has written: as if the kill had come after
+        # the sink's writes and before Spark recorded the batch as done.
+        last = commits / str(_last_batch(commits))
+        last.unlink()
+        (commits / f".{last.name}.crc").unlink(missing_ok=True)
+        wait_until(lambda: writer.done >= 350, 90, "writes while the driver is down")
+        runner.start_and_wait(jobs, [driver.SERVICE])
+        writer.finish()
+        converged(jobs, pipeline, spark, tables=["customers", "products", "orders"])  # includes history and windows
+        with psycopg.connect(postgres.conninfo(stack)) as conn:
+            audited = _audited(conn)
+    finally:
+        with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
+            _drop_audit(conn)
+
+    assert sum(len(v) for v in audited.values()) > 100, "the writer changed too few customers and products"
+    for table in COMPARED:
+        stored = _history(spark, jobs, table)
+        for row_id, versions in stored.items():
+            keys = [(v[VERSION_MAJOR], v[VERSION_MINOR]) for v in versions]
+            assert len(set(keys)) == len(keys), f"{table} {row_id}: a version is stored twice: {keys}"
+        for row_id in {r for t, r in audited if t == table} | set(stored):
+            expected = audited.get((table, row_id), [])
+            versions = stored.get(row_id, [])
+            tail = versions[len(versions) - len(expected):] if expected else []
+            assert [_as_audited(v, table) for v in tail] == expected, f"{table} {row_id}: versions differ"
+            earlier = versions[: len(versions) - len(expected)]
+            assert all(v["valid_from"] <= installed_us for v in earlier), f"{table} {row_id}: an unaudited later version"
+
+
+def _figures(spark, jobs: StackSettings, name: str) -> dict:
+    from pyspark.sql import functions as F
+
+    path = str(jobs.state_dir / "warehouse" / name)
+    rows = spark.read.format("delta").load(path).select(
+        "window_size_seconds", "window_slide_seconds", F.unix_micros("window_start").alias("start"), "*"
+    ).collect()
+    return {(r["window_size_seconds"], r["window_slide_seconds"], datetime.fromtimestamp(r["start"] / 1e6, UTC)): r
+            for r in rows}
+
+
+def test_late_orders_are_recorded_apart_and_on_time_orders_move_their_window(run, spark, stack):
+    jobs, pipeline, first = run
+    first.finish()
+    view = pipeline.windows["order_revenue"]
+    with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
+        customer = conn.execute("SELECT min(id) FROM customers").fetchone()[0]
+        now = conn.execute("SELECT now()").fetchone()[0]
+    before = _figures(spark, jobs, "order_revenue")
+    with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
+        on_time = conn.execute("INSERT INTO orders (customer_id, status, total) VALUES (%s, 'paid', 10.00) "
+                               "RETURNING id, created_at", (customer,)).fetchone()
+    on_time_minute = (60, 60, window_starts(on_time[1], view.windows[0])[0])
+    counted = (before[on_time_minute]["row_count"] if on_time_minute in before else 0) + 1
+    wait_until(lambda: _figures(spark, jobs, "order_revenue")[on_time_minute]["row_count"] == counted,
+               180, "the on-time order in its window")
+    # The watermark is now at most two minutes behind that order: a quarter of an hour back is late.
+    late_at = now - timedelta(minutes=15)
+    late_windows = {(w.size_seconds, w.slide, s) for w in view.windows for s in window_starts(late_at, w)}
+    with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
+        late_id = conn.execute("INSERT INTO orders (customer_id, status, total, created_at) VALUES (%s, 'paid', 123.45, %s) "
+                               "RETURNING id", (customer, late_at)).fetchone()[0]
+
+    def recorded():
+        late = spark.read.format("delta").load(str(jobs.state_dir / "warehouse" / "order_revenue_late"))
+        return late.where(f"row_id = '{late_id}'").collect()
+
+    records = wait_until(recorded, 180, "the late order's record")
+    after = _figures(spark, jobs, "order_revenue")
+    assert {(r["window_size_seconds"], r["window_slide_seconds"], r["window_start"].replace(tzinfo=UTC)) for r in records} \
+        == late_windows, "one record per closed window the late order falls in"
+    assert all(r["value_delta"] == Decimal("123.45") and r["count_delta"] == 1 for r in records)
+    assert "window closed" in records[0]["reason"]
+    assert {k: after.get(k) for k in late_windows} == {k: before.get(k) for k in late_windows}, "closed windows keep their figures"
+    converged(jobs, pipeline, spark, tables=["orders"])  # verify: figures + late deltas = SQL over the orders now
+    for label, windows in (("late order", sorted(late_windows)), ("on-time order", [on_time_minute])):
+        for key in windows:  # the figures docs/sinks/delta.md shows
+            print(label, key, "before", _pair(before.get(key)), "after", _pair(after.get(key)),
+                  "late", [(r["value_delta"], r["count_delta"]) for r in records if r["window_start"].replace(tzinfo=UTC) == key[2]
+                           and r["window_size_seconds"] == key[0]])
+
+
+def _pair(row) -> tuple | None:
+    return None if row is None else (row["value_sum"], row["row_count"])
+
+
+def test_a_window_on_an_unknown_column_stops_tide_jobs_start_with_one_line(stack, tmp_path):
+    migrations.upgrade(stack)
+    pipeline = load(stack.pipeline_file)
+    view = pipeline.windows["order_revenue"].model_copy(update={"time_column": "placed_at"})
+    write_pipeline(pipeline.model_copy(update={"windows": {"order_revenue": view}}), tmp_path / "pipeline.yaml")
+    jobs = stack.model_copy(update={"state_dir": tmp_path / "state", "pipeline_file": tmp_path / "pipeline.yaml"})
+    result = tide_result(jobs, "jobs", "start")
+    assert result.returncode == 1, result.stdout + result.stderr
+    error = result.stderr.strip()
+    assert "windows.order_revenue.time_column: public.orders has no column 'placed_at'" in error, error
+    assert "created_at" in error and len(error.splitlines()) == 1, error
+    assert not process.running(runner.pid_file(jobs, driver.SERVICE)), "no driver may start with a bad pipeline"
