@@ -53,6 +53,13 @@ class DeltaWindows:
     def __init__(self, warehouse_dir: str, views: dict[str, WindowView]) -> None:
         self.warehouse_dir = warehouse_dir
         self.views = dict(views)
+        self._created: set[str] = set()  # tables known to exist: createIfNotExists reads the log each time
+        self._batch_watermark: dict[str, Column | None] = {}
+
+    def _ensure(self, spark: SparkSession, path: str, schema: StructType) -> None:
+        if path not in self._created:
+            create_table(spark, path, schema)
+            self._created.add(path)
 
     def path(self, name: str) -> str:
         return f"{self.warehouse_dir}/{name}"
@@ -78,6 +85,7 @@ class DeltaWindows:
         """Record the changes of `fresh` that would alter a closed window of `plan.table`."""
         for name, view in self._of(plan.table).items():
             watermark = self.watermark(spark, name)
+            self._batch_watermark[name] = watermark  # the same one for this batch's refresh
             if watermark is None or not _delta().isDeltaTable(spark, current_path):
                 continue  # no window is closed yet
             late = self._late(spark, view, plan, fresh, current_path, watermark).persist()
@@ -136,7 +144,7 @@ class DeltaWindows:
 
     def _insert_late(self, spark: SparkSession, name: str, late: DataFrame) -> None:
         path = self.path(late_table(name))
-        create_table(spark, path, late.schema)
+        self._ensure(spark, path, late.schema)
         on = " AND ".join(f"t.{c} = s.{c}" for c in (SIZE, SLIDE, START, ROW_ID, VERSION_MAJOR, VERSION_MINOR))
         _delta().forPath(spark, path).alias("t").merge(late.alias("s"), on).whenNotMatchedInsertAll().execute()
 
@@ -151,7 +159,9 @@ class DeltaWindows:
             missing = [c for c in (view.time_column, view.value_column) if c not in rows.columns]
             if missing:
                 raise ValueError(f"windows.{name}: the warehouse table {table} has no column {', '.join(missing)}")
-            watermark = self.watermark(spark, name)
+            # The watermark record_late used (one read per batch), else the stored one (a truncate).
+            known = name in self._batch_watermark
+            watermark = self._batch_watermark.pop(name) if known else self.watermark(spark, name)
             self._recompute(spark, name, view, rows, watermark)
             self._raise_watermark(spark, name, view, rows)
 
@@ -168,7 +178,7 @@ class DeltaWindows:
             F.sum("_value").alias(VALUE_SUM), F.count(F.lit(1)).alias(ROW_COUNT)
         )
         path = self.path(name)
-        create_table(spark, path, figures.schema)
+        self._ensure(spark, path, figures.schema)
         merge = _delta().forPath(spark, path).alias("t").merge(
             figures.alias("s"), " AND ".join(f"t.{c} = s.{c}" for c in (SIZE, SLIDE, START))
         )

@@ -23,7 +23,7 @@ from services.stack import postgres, process, runner
 from spark_jobs.config import history_table, load
 from spark_jobs.event_windows import window_starts
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
-from tests.e2e.support import Workload, converged, kill_9_driver, tide_result, write_pipeline
+from tests.e2e.support import CONVERGE_S, Workload, converged, kill_9_driver, tide_result, write_pipeline
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
@@ -107,7 +107,7 @@ def test_history_holds_every_committed_version_once_through_a_kill_9_and_a_repla
         done_before = _last_batch(commits)
         writer = Workload(stack, seed=21)
         writer.start()
-        wait_until(lambda: writer.done >= 150 and _last_batch(commits) > done_before, 240,
+        wait_until(lambda: writer.done >= 150 and _last_batch(commits) > done_before, CONVERGE_S,
                    "writes, and a warehouse batch of them, before the kill")
         kill_9_driver(jobs)
         # Make sure the warehouse replays a batch it has written: as if the kill had come after
