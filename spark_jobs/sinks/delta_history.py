@@ -124,14 +124,20 @@ class DeltaHistory:
         keys = list(keys)
         data = [f.name for f in history.schema.fields if f.name not in keys and f.name not in _META_NAMES]
         order = Window.partitionBy(*(_q(k) for k in keys)).orderBy(VERSION_MAJOR, VERSION_MINOR)
-        before_live = F.lag(VERSION_MAJOR).over(order).isNotNull() & ~F.lag(SOURCE_OP).over(order).isin(*ENDS)
-        inherited = {
-            c: F.when(before_live & F.array_contains(UNAVAILABLE, c), F.lag(_q(c)).over(order)).otherwise(F.col(_q(c)))
+        earlier = order.rowsBetween(Window.unboundedPreceding, -1)
+        # An unchanged-TOAST column takes its value from the nearest earlier version that had it
+        # (wrapped in a struct, so a real NULL counts as known): a run of such versions fills at once.
+        known = {
+            c: F.last(F.when(~F.array_contains(UNAVAILABLE, c), F.struct(F.col(_q(c)).alias("v"))), ignorenulls=True)
+            .over(earlier)
             for c in data
         }
-        still_unknown = F.when(
-            before_live, F.array_intersect(UNAVAILABLE, F.coalesce(F.lag(UNAVAILABLE).over(order), F.array()))
-        ).otherwise(F.col(UNAVAILABLE))
+        inherited = {
+            c: F.when(F.array_contains(UNAVAILABLE, c) & known[c].isNotNull(), known[c].getField("v")).otherwise(F.col(_q(c)))
+            for c in data
+        }
+        found = F.array(*(F.when(known[c].isNotNull(), F.lit(c)) for c in data)) if data else F.array()
+        still_unknown = F.array_except(F.col(UNAVAILABLE), found)
         wanted = history.join(affected, keys, "left_semi").select(
             *(_q(k) for k in keys), VERSION_MAJOR, VERSION_MINOR,
             F.lead(VALID_FROM).over(order).alias("_valid_to"),

@@ -343,3 +343,12 @@ def test_windows_follow_the_current_rows_until_closed_then_record_late_changes(s
     held = versions(spark, *paths)
     write_all(spark, derived, late, 1)
     assert versions(spark, *paths) == held and late_deltas(spark, derived) == deltas, "a replay commits nothing"
+
+
+def test_a_run_of_unchanged_toast_versions_takes_the_value_from_the_last_version_that_had_it(spark, derived):
+    write_all(spark, derived, [committed((1, 1), T0, product((1, 1), op="c", description="kept"))], 0)
+    repriced = [committed((k, 1), T0 + k * MINUTE, product((k, 1), unavailable={"description"})) for k in (2, 3, 4)]
+    write_all(spark, derived, repriced[:2], 1)  # two in a row, their source in an earlier batch
+    write_all(spark, derived, repriced[2:], 2)
+    found = history(spark, derived)
+    assert [(r["description"], r["tl_unavailable"]) for r in found] == [("kept", [])] * 4
