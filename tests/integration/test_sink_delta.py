@@ -254,7 +254,7 @@ def history(spark, sink: DeltaSink, table: str = "products") -> list[dict]:
 
 def write_all(spark, sink: DeltaSink, changes: list[Change], batch_id: int) -> list:
     """What the pipeline does per batch: newest per row to write_batch, every change to write_history."""
-    rdd = spark.sparkContext.parallelize(changes, 2)
+    rdd = spark.sparkContext.parallelize(changes, 1)  # a row's changes share a partition, as Kafka keys them
     return sink.write_batch(spark, rdd.mapPartitions(newest_per_row), batch_id) + sink.write_history(spark, rdd, batch_id)
 
 
