@@ -1,20 +1,20 @@
-# The two commands in the README: `make run` (install everything, bring the stack up)
-# and `make test` (install everything, run the test suite). Both are safe to run twice.
+# The two commands in the README: `make run` (install everything, bring the whole pipeline up
+# with the demo data set: `tide up --demo`) and `make test` (install everything, run the test
+# suite). Both are safe to run twice.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 TIDE := $(VENV)/bin/tide
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PG_MAJOR := $(shell python3 -c 'import tomllib;print(tomllib.load(open("pyproject.toml","rb"))["tool"]["tideline"]["versions"]["postgresql"])')
-DEBIAN_PACKAGES := postgresql-$(PG_MAJOR) redis-server openjdk-17-jdk-headless maven python3-venv docker-compose
+# The clients `tide up` prints lines for (psql, redis-cli, curl) are installed too; Chromium for the dashboard test.
+DEBIAN_PACKAGES := postgresql-$(PG_MAJOR) postgresql-client-$(PG_MAJOR) redis-server redis-tools curl \
+	openjdk-17-jdk-headless maven python3-venv docker-compose chromium chromium-driver
 
 .PHONY: run test setup system python jars env down clean
 
 run: setup
-	$(TIDE) stack up
-	$(TIDE) db migrate
-	$(TIDE) connector apply
-	$(TIDE) jobs start
+	$(TIDE) up --demo
 
 test: setup
 	$(VENV)/bin/pytest
@@ -49,7 +49,7 @@ jars: python
 	$(TIDE) stack fetch
 
 down:
-	$(TIDE) stack down
+	$(TIDE) down
 
 clean:
 	$(TIDE) stack down --purge

@@ -5,11 +5,15 @@ from __future__ import annotations
 import typer
 
 from services.api.cli import api_command
+from services.bench.cli import bench_command
 from services.connector.cli import connector_app
 from services.connector.snapshot import capture_ops_app
 from services.db.cli import db_app
+from services.demo.cli import demo_app
 from services.jobs.cli import jobs_app, rebuild_app
 from services.stack.cli import stack_app
+from services.status.cli import status_command
+from services.up.cli import down_command, up_command
 from services.verify.cli import verify_command
 
 app = typer.Typer(
@@ -18,14 +22,19 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.command("up")(up_command)
+app.command("down")(down_command)
 app.add_typer(stack_app, name="stack")
 app.add_typer(db_app, name="db")
+app.add_typer(demo_app, name="demo")
 app.add_typer(connector_app, name="connector")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(capture_ops_app)
 app.add_typer(rebuild_app)
 app.command("verify")(verify_command)
 app.command("api")(api_command)
+app.command("status")(status_command)
+app.command("bench")(bench_command)
 
 if __name__ == "__main__":
     app()

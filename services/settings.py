@@ -60,6 +60,8 @@ class StackSettings(BaseSettings):
     connect_port: Port = 8083
     elasticsearch_port: Port = 9200
     elasticsearch_transport_port: Port = 9300
+    # The query API (`tide api`, and the managed process `tide up` starts).
+    api_port: Port = 8000
 
     # Heaps sized so everything fits a 2-core, 24 GiB machine together with Spark.
     kafka_heap: JvmSize = "512m"

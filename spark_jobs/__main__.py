@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from spark_jobs.config import load
+from spark_jobs.config import PipelineConfigError, load
 from spark_jobs.pipeline import supervise
 from spark_jobs.session import build_session
 from spark_jobs.settings import JobSettings
@@ -14,7 +14,10 @@ from spark_jobs.settings import JobSettings
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = JobSettings()
-    pipeline = load(settings.pipeline_file)
+    try:
+        pipeline = load(settings.pipeline_file)
+    except PipelineConfigError as exc:
+        raise SystemExit(str(exc)) from None  # one line, the last of the log `tide jobs start` quotes
     spark = build_session("tideline-apply", settings.jars_dir, master=settings.master, driver_memory=settings.driver_memory)
     supervise(spark, settings, pipeline)
 

@@ -13,6 +13,9 @@ from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, AggregateView, Catalogue, plans
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "pipeline.yaml"
 
@@ -92,6 +95,107 @@ class TableConfig(_Strict):
     # update for a row, a sink rebuilt from the topic cannot know that column. "full" logs the whole
     # old row, so every record carries every value (more WAL per update): docs/capture.md.
     replica_identity: Literal["default", "full"] = "default"
+    # Columns that never reach Kafka (e.g. PII): dropped by Debezium (`column.exclude.list`) before a
+    # record is written, so no topic, view or rebuild ever holds them. Not allowed on the primary key.
+    exclude_columns: list[Identifier] = []
+
+
+class ParentJoin(_Strict):
+    """A row this row refers to: `join_column` (a column of the referring row) holds the parent's
+    one-column primary key. Embedded as an object (null when the column is null or the row is absent)."""
+
+    table: Identifier
+    join_column: Identifier | None = None
+    fields: list[Identifier] = Field(min_length=1)
+    parents: dict[Identifier, ParentJoin] = {}
+
+
+class ChildJoin(_Strict):
+    """Rows that refer to this row: `join_column` (a column of the child) holds this row's one-column
+    primary key. Embedded as a list ordered by the child's primary key."""
+
+    table: Identifier
+    join_column: Identifier | None = None
+    fields: list[Identifier] = Field(min_length=1)
+    parents: dict[Identifier, ParentJoin] = {}
+    children: dict[Identifier, ChildJoin] = {}
+
+
+class NestedView(_Strict):
+    """A search index of join documents: one per row of `root`, with its parents and children
+    (docs/sinks/elasticsearch.md, "Nested views"). Every table in it needs a `search` view: the
+    flat indices are the join state."""
+
+    root: Identifier
+    fields: list[Identifier] = Field(min_length=1)
+    parents: dict[Identifier, ParentJoin] = {}
+    children: dict[Identifier, ChildJoin] = {}
+
+
+JoinNode = NestedView | ParentJoin | ChildJoin
+
+
+def join_nodes(node: JoinNode, path: str) -> list[tuple[str, JoinNode, list[str]]]:
+    """(path, node, tables of its ancestors) for a node and everything below it, parents first."""
+
+    def walk(current: JoinNode, where: str, above: list[str]) -> list[tuple[str, JoinNode, list[str]]]:
+        table = current.root if isinstance(current, NestedView) else current.table
+        found = [(where, current, above)]
+        for kind, joins in (("parents", current.parents), ("children", getattr(current, "children", {}))):
+            for name, join in joins.items():
+                found += walk(join, f"{where}.{kind}.{name}", [*above, table])
+        return found
+
+    return walk(node, path, [])
+
+
+def node_table(node: JoinNode) -> str:
+    return node.root if isinstance(node, NestedView) else node.table
+
+
+def nested_view_errors(name: str, view: NestedView, tables: dict[str, TableConfig]) -> list[str]:
+    """Structural problems of one nested view, each naming the fix (columns are checked by
+    `nested_column_errors`, which needs the schema)."""
+    errors = []
+    for path, node, above in join_nodes(view, f"nested.{name}"):
+        table = node_table(node)
+        if table not in tables:
+            errors.append(f"{path}: unknown table {table}; add it under tables: (with a search view) or fix the name")
+            continue
+        if tables[table].search is None:
+            errors.append(f"{path}: table {table} has no search view; add `search: {{}}` to tables.{table} "
+                          "(its flat index is the join state)")
+        if table in above:
+            errors.append(f"{path}: cycle, {table} is already joined above ({' -> '.join([*above, table])}); "
+                          "a nested view is a tree: remove this join")
+        if not isinstance(node, NestedView) and node.join_column is None:
+            holder = f"{table} that holds the {above[-1]} key" if isinstance(node, ChildJoin) else \
+                f"{above[-1]} that holds the {table} key"
+            errors.append(f"{path}: no join_column; name the column of {holder}")
+    return errors
+
+
+def nested_column_errors(pipeline: PipelineConfig, columns: dict[str, set[str]]) -> list[str]:
+    """Fields and join columns of the nested views that the schema (`columns`: table -> column
+    names) does not have, or that the pipeline keeps out of Kafka."""
+    errors = []
+    for name, view in pipeline.nested.items():
+        for path, node, above in join_nodes(view, f"nested.{name}"):
+            table = node_table(node)
+            known = columns.get(table, set()) - set(pipeline.tables[table].exclude_columns)
+            wanted = list(node.fields)
+            if isinstance(node, ChildJoin) and node.join_column:
+                wanted.append(node.join_column)
+            if isinstance(node, ParentJoin) and node.join_column:
+                referring = above[-1]
+                referring_known = columns.get(referring, set()) - set(pipeline.tables[referring].exclude_columns)
+                if node.join_column not in referring_known:
+                    errors.append(f"{path}.join_column: {referring} has no column {node.join_column}; "
+                                  f"choose one of {', '.join(sorted(referring_known))}")
+            for column in wanted:
+                if column not in known:
+                    errors.append(f"{path}: {table} has no column {column}; choose from {', '.join(sorted(known))}")
+    return errors
 
 
 class PipelineConfig(_Strict):
@@ -99,6 +203,20 @@ class PipelineConfig(_Strict):
     tables: dict[Identifier, TableConfig]
     # Event-time window tables by name (each a Delta table <warehouse_dir>/<name>).
     windows: dict[Identifier, WindowView] = {}
+    # Derived aggregates the cache keeps in Redis (spark_jobs/aggregates.py, docs/sinks/redis.md).
+    cache_aggregates: dict[Identifier, AggregateView] = {}
+    # Search indices of join documents, by index name.
+    nested: dict[Identifier, NestedView] = {}
+
+    @model_validator(mode="after")
+    def _nested_views_fit_the_tables(self) -> PipelineConfig:
+        errors = [error for name, view in self.nested.items() for error in nested_view_errors(name, view, self.tables)]
+        flat = {(config.search.index or table) for table, config in self.tables.items() if config.search}
+        errors += [f"nested.{name}: the index name is also a table's search index; rename one (search.index)"
+                   for name in self.nested if name in flat]
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
 
     @field_validator("tables")
     @classmethod
@@ -150,6 +268,18 @@ class PipelineConfig(_Strict):
     def history_tables(self) -> list[str]:
         return [t for t, views in self.tables.items() if views.warehouse is not None and views.warehouse.history]
 
+    @model_validator(mode="after")
+    def _aggregates_match_the_schema(self) -> PipelineConfig:
+        try:
+            self.aggregate_plans()
+        except AggregateConfigError as exc:
+            raise PydanticCustomError("aggregate", str(exc)) from exc  # the message alone, on one line
+        return self
+
+    def aggregate_plans(self, catalogue: Catalogue | None = None) -> list[AggregatePlan]:
+        cached = {table for table, views in self.tables.items() if views.cache is not None}
+        return plans(self.cache_aggregates, cached, catalogue)
+
     def qualified_tables(self) -> list[str]:
         return [f"{self.source.schema_name}.{table}" for table in self.tables]
 
@@ -178,10 +308,21 @@ def load(path: Path = DEFAULT_PATH) -> PipelineConfig:
     if not isinstance(raw, dict):
         raise PipelineConfigError(f"{path}: expected a mapping with 'source' and 'tables'")
     try:
-        return PipelineConfig.model_validate(raw)
+        pipeline = PipelineConfig.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(_describe(error) for error in exc.errors())
         raise PipelineConfigError(f"{path}: {problems}") from exc
+    if pipeline.nested and (errors := nested_column_errors(pipeline, schema_columns())):
+        raise PipelineConfigError(f"{path}: {'; '.join(errors)}")
+    return pipeline
+
+
+def schema_columns() -> dict[str, set[str]]:
+    """Each table's columns from the schema's models (migrations/models.py, kept equal to the migrations
+    by tests/integration/test_migrations.py): checked without a database, by every entry point."""
+    from migrations.models import Base  # imported here: only the driver validates, executors never do
+
+    return {name: {column.name for column in table.columns} for name, table in Base.metadata.tables.items()}
 
 
 def history_table(table: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs import dead_letters
+from spark_jobs import control, dead_letters
 from spark_jobs.changes import Change, DecodeError, decode
 from spark_jobs.config import PipelineConfig
 from spark_jobs.dead_letters import DeadLetter
@@ -164,6 +164,8 @@ class BatchWriter:
         rows.foreachPartition(
             lambda part: dead_letters.send(bootstrap, dlq, rejected_letters(sink_name, sink.write(list(part))))
         )
+        if hasattr(sink, "finish_batch"):  # derived documents, after every partition's writes (e.g. nested views)
+            sink.finish_batch(truncates, rows)
 
 
 def build_query(
@@ -204,6 +206,7 @@ class _Supervised:
     started_at: float = 0.0
     last_error: str | None = None
     logged_batch: int = -1
+    paused: bool = False
 
 
 def _log_progress(sink: str, state: _Supervised) -> None:
@@ -225,7 +228,10 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
     supervised = {sink: _Supervised() for sink in settings.sinks if tables_with_view(pipeline, sink)}
     while True:
         now = time.monotonic()
+        paused = control.read_paused(settings.paused_file)
         for sink, state in supervised.items():
+            if _hold_paused(sink, state, sink in paused):
+                continue
             if state.query is not None and state.query.isActive:
                 _log_progress(sink, state)
                 if now - state.started_at > max_backoff_s:
@@ -249,6 +255,21 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
         spark.streams.resetTerminated()
 
 
+def _hold_paused(sink: str, state: _Supervised, paused: bool) -> bool:
+    """Stop a query the operator paused (`tide jobs pause`) and keep it stopped; True while paused.
+    Stopping between or during a batch is safe: its offsets are not committed, so it is replayed."""
+    if paused and not state.paused:
+        log.warning("query %s paused by the operator", sink)
+        if state.query is not None and state.query.isActive:
+            state.query.stop()
+        state.query = None
+    elif state.paused and not paused:
+        log.warning("query %s resumed by the operator", sink)
+        state.retry_at, state.backoff = 0.0, 1.0
+    state.paused = paused
+    return paused
+
+
 def write_status(settings: JobSettings, supervised: dict[str, _Supervised]) -> None:
     """Each query's state for `tide jobs status` (written atomically: write then rename)."""
     status = {
@@ -256,6 +277,7 @@ def write_status(settings: JobSettings, supervised: dict[str, _Supervised]) -> N
         "queries": {
             sink: {
                 "active": bool(state.query is not None and state.query.isActive),
+                "paused": state.paused,
                 "last_error": state.last_error,
                 "batch_id": (state.query.lastProgress or {}).get("batchId") if state.query else None,
             }

@@ -32,6 +32,8 @@ class JobSettings(BaseSettings):
     jars_dir: Path = Path(".tideline/lib/spark")
     # The driver rewrites this each supervision loop: each query's state and last error.
     status_file: Path = Path(".tideline/jobs/status.json")
+    # Written by `tide jobs pause|resume`, read by the driver: the sinks whose query is held stopped.
+    paused_file: Path = Path(".tideline/jobs/paused.json")
     # Records that cannot be decoded or applied go here with the reason.
     dlq_topic: str = "tideline.dlq"
 

@@ -12,12 +12,16 @@ from services.settings import StackSettings
 from services.stack import process, runner
 from services.versions import PROJECT_ROOT
 
-# Two checkouts testing at once (e.g. two worktrees) give each its own offset.
+# Two checkouts testing at once (e.g. two worktrees) give each its own offset: 1000, 2000 or 3000.
+# Those keep every port below Linux's ephemeral range (32768-60999, where a client's own port could
+# take ours) and clear of the other checkouts' ports; small offsets collide (100 puts one's
+# Elasticsearch HTTP port on another's transport port).
 _PORT_OFFSET = int(os.environ.get("TIDE_TEST_PORT_OFFSET", "0"))
 
 
-def stack_ports(band: int) -> dict[str, int]:
-    """Every service port in the band `band`0000 (the usual port's last four digits), offset per checkout."""
+def stack_ports(band: int, shift: int = 0) -> dict[str, int]:
+    """Every service port at `band`0000 + the usual port + `shift`, plus this checkout's offset.
+    Bands 1 and 2 only (below the ephemeral range); `shift` 20 gives a second stack in a band."""
     usual = {
         "postgres_port": 5432,
         "redis_port": 6379,
@@ -26,11 +30,16 @@ def stack_ports(band: int) -> dict[str, int]:
         "connect_port": 8083,
         "elasticsearch_port": 9200,
         "elasticsearch_transport_port": 9300,
+        "api_port": 8000,
     }
-    return {name: band * 10_000 + port + _PORT_OFFSET for name, port in usual.items()}
+    return {name: band * 10_000 + port + shift + _PORT_OFFSET for name, port in usual.items()}
 
 
 TEST_STACK = {"state_dir": PROJECT_ROOT / ".tideline" / "test", **stack_ports(2)}
+# Ports of a stack that `tide up` starts from nothing in a test (band 1, below the ephemeral range).
+UP_PORTS = stack_ports(1)
+# The settings a `tide` subprocess needs to act on that stack (as TIDE_* variables).
+UP_FIELDS = ["state_dir", *UP_PORTS]
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +57,16 @@ def stack(stack_settings: StackSettings) -> StackSettings:
     yield stack_settings
     if not already_up:
         runner.down(stack_settings)
+
+
+@pytest.fixture
+def fresh_stack(tmp_path_factory) -> StackSettings:
+    """An empty state folder on ports of its own (UP_PORTS), for a test that runs `tide up` itself;
+    the shared test stack and the session's pipeline on it keep running. Afterwards everything
+    `tide up` can start is stopped and the folder is deleted."""
+    from services.up import lifecycle  # here: most tests never need the whole CLI
+
+    settings = StackSettings(state_dir=tmp_path_factory.mktemp("up"), **UP_PORTS)
+    yield settings
+    lifecycle.down(settings, lambda name, state: None)
+    process.purge(settings.state_dir)

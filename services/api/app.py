@@ -1,4 +1,5 @@
-"""The query API: search, cache point reads and warehouse rows over the views (docs/api.md).
+"""The query API: search, cache point reads and warehouse rows over the views (docs/api.md), the
+pipeline's status as JSON and Prometheus text, and a dashboard page at `/` (docs/status.md).
 
 `create_app(settings)` builds the app for one stack; `tide api` serves it with uvicorn.
 Bad input answers 4xx with a message; a store that cannot answer, 503; nothing answers a trace.
@@ -6,24 +7,34 @@ Bad input answers 4xx with a message; a store that cannot answer, 503; nothing a
 
 from __future__ import annotations
 
+import html
 import logging
-from collections.abc import AsyncIterator
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path as PathLib
 from typing import Annotated, Any
 
 import redis
 from elasticsearch import Elasticsearch
 from fastapi import FastAPI, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from services.api.stores import MAX_SEARCH_SIZE, MAX_WAREHOUSE_LIMIT, Cache, NotFound, Search, Unavailable, Warehouse
 from services.api.validation import MAX_QUERY_CHARS, BadInput
 from services.jobs.driver import job_settings
 from services.settings import StackSettings
+from services.status import figures, metrics
+from services.status.collect import collect
 from spark_jobs.config import PipelineConfig, load
 
 log = logging.getLogger("tideline.api")
+
+DASHBOARD = PathLib(__file__).with_name("dashboard.html")
+DASHBOARD_SEARCH_TABLE = "orders"  # the view the dashboard's search box searches (nested view first)
+STATUS_MAX_AGE_S = 1.0
 
 Name = Annotated[str, Path(max_length=63, description="A name from pipeline.yaml")]
 
@@ -98,4 +109,48 @@ def create_app(settings: StackSettings, pipeline: PipelineConfig | None = None) 
     ) -> dict[str, Any]:
         return warehouse.rows(table, limit, offset)
 
+    recent = RecentStatus(lambda: collect(settings, pipeline))
+    page = _dashboard_page(pipeline)
+
+    @app.get("/status", summary="The pipeline's status: source, and each sink's lag, freshness, dead letters")
+    def status() -> dict[str, Any]:
+        return figures.to_json(recent.get())
+
+    @app.get("/metrics", summary="The same figures in Prometheus' text format", response_class=Response)
+    def prometheus_metrics() -> Response:
+        return Response(metrics.render(recent.get()), media_type=metrics.CONTENT_TYPE)
+
+    @app.get("/", summary="The dashboard page (status and a search box, refreshing live)",
+             response_class=HTMLResponse)
+    def dashboard() -> HTMLResponse:
+        return HTMLResponse(page)
+
     return app
+
+
+def _dashboard_page(pipeline: PipelineConfig) -> str:
+    view = pipeline.tables.get(DASHBOARD_SEARCH_TABLE)
+    if DASHBOARD_SEARCH_TABLE in pipeline.nested:  # the orders join documents, when declared
+        alias = DASHBOARD_SEARCH_TABLE
+    elif view is not None and view.search is not None:
+        alias = view.search.index or DASHBOARD_SEARCH_TABLE
+    else:
+        alias = ""
+    return DASHBOARD.read_text().replace("__SEARCH_INDEX__", html.escape(alias, quote=True))
+
+
+class RecentStatus:
+    """One status read shared by the requests of the same second (a dashboard tab and a Prometheus
+    scrape ask often; each read opens Kafka consumers and a PostgreSQL connection)."""
+
+    def __init__(self, read: Callable[[], figures.Status], max_age_s: float = STATUS_MAX_AGE_S) -> None:
+        self.read, self.max_age_s = read, max_age_s
+        self.lock = threading.Lock()
+        self.value: figures.Status | None = None
+        self.read_at = 0.0
+
+    def get(self) -> figures.Status:
+        with self.lock:
+            if self.value is None or time.monotonic() - self.read_at > self.max_age_s:
+                self.value, self.read_at = self.read(), time.monotonic()
+            return self.value

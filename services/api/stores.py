@@ -58,11 +58,11 @@ def to_json(value: Any) -> Any:
 class Search:
     def __init__(self, es: Elasticsearch, pipeline: PipelineConfig) -> None:
         self.es = es
-        # alias -> the view's full-text columns
+        # alias -> the view's full-text columns; a nested view's query runs over all its fields
         self.views = {
             (config.search.index or table): list(config.search.text)
             for table, config in pipeline.tables.items() if config.search is not None
-        }
+        } | dict.fromkeys(pipeline.nested, [])
 
     def _fields(self, alias: str) -> dict[str, str]:
         """The index's mapped top-level fields and their types (the sink maps columns as they arrive)."""

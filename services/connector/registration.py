@@ -44,6 +44,13 @@ def render_config(settings: StackSettings, pipeline: PipelineConfig) -> dict[str
     }
     template: dict[str, str] = json.loads(TEMPLATE.read_text())
     config = {key: substitute(value, values, str(TEMPLATE)) for key, value in template.items()}
+    excluded = [
+        rf"{source.schema_name}\.{table}\.{column}"
+        for table, views in pipeline.tables.items()
+        for column in views.exclude_columns
+    ]
+    if excluded:
+        config["column.exclude.list"] = ",".join(excluded)
     return {"name": source.connector, **config}
 
 
@@ -71,6 +78,35 @@ def check_tables(conn: psycopg.Connection, pipeline: PipelineConfig) -> None:
             f"{', '.join(f'{schema}.{t}' for t in keyless)} has no primary key: every view is keyed by it; "
             "add one or remove the table from pipeline.yaml"
         )
+    for table, views in pipeline.tables.items():
+        if views.exclude_columns:
+            check_excluded_columns(conn, schema, table, views.exclude_columns)
+
+
+def check_excluded_columns(conn: psycopg.Connection, schema: str, table: str, excluded: list[str]) -> None:
+    """Each excluded column exists and is not part of the primary key (rows are keyed by it)."""
+    rows = conn.execute(
+        """
+        SELECT a.attname, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisprimary
+                                  AND a.attnum = ANY(i.indkey))
+        FROM pg_attribute a WHERE a.attrelid = format('%%I.%%I', %s::text, %s::text)::regclass
+          AND a.attnum > 0 AND NOT a.attisdropped
+        """,
+        (schema, table),
+    ).fetchall()
+    in_key = dict(rows)
+    unknown = [column for column in excluded if column not in in_key]
+    if unknown:
+        raise StackError(
+            f"pipeline.yaml excludes {', '.join(f'{table}.{c}' for c in unknown)}, which does not exist: "
+            "fix exclude_columns"
+        )
+    keyed = [column for column in excluded if in_key[column]]
+    if keyed:
+        raise StackError(
+            f"pipeline.yaml excludes {', '.join(f'{table}.{c}' for c in keyed)}, part of the primary key "
+            "that keys every view: remove it from exclude_columns"
+        )
 
 
 def apply(settings: StackSettings, pipeline: PipelineConfig, wait_s: float = 60.0) -> dict[str, Any]:
@@ -84,8 +120,30 @@ def apply(settings: StackSettings, pipeline: PipelineConfig, wait_s: float = 60.
             if problems:
                 raise ConnectError(f"Kafka Connect rejected the connector config: {' | '.join(problems)}")
             capture.apply(conn, settings, pipeline)
+        create_change_topics(settings, pipeline)
         api.put_config(pipeline.source.connector, config)
         return wait_running(api, pipeline.source.connector, wait_s)
+
+
+def create_change_topics(settings: StackSettings, pipeline: PipelineConfig) -> list[str]:
+    """Create every captured table's topic that does not exist yet, as the connector would (compacted,
+    `source.partitions`); returns those created. Debezium creates a topic only with the table's first
+    record, so an empty table, or the last tables of a long snapshot, would have none, and a Spark
+    query subscribed to a missing topic stops at start-up."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    try:
+        missing = [topic for topic in map(pipeline.topic, pipeline.tables) if topic not in set(admin.list_topics())]
+        if missing:
+            admin.create_topics([
+                NewTopic(topic, num_partitions=pipeline.source.partitions, replication_factor=1,
+                         topic_configs={"cleanup.policy": "compact"})
+                for topic in missing
+            ])
+    finally:
+        admin.close()
+    return missing
 
 
 def wait_running(api: ConnectApi, name: str, wait_s: float) -> dict[str, Any]:

@@ -23,7 +23,7 @@ def migrate(
 ) -> None:
     """Apply migrations (idempotent); also re-applies the CDC role password and publication table list."""
     settings = load_settings()
-    with user_errors(), _database_errors(settings):
+    with user_errors(), database_errors(settings):
         import migrations  # here, not at import time: `tide stack ...` need not load SQLAlchemy and Alembic
 
         migrations.upgrade(settings, revision)
@@ -36,7 +36,7 @@ def downgrade(
 ) -> None:
     """Undo migrations down to REVISION."""
     settings = load_settings()
-    with user_errors(), _database_errors(settings):
+    with user_errors(), database_errors(settings):
         import migrations
 
         migrations.downgrade(settings, revision)
@@ -47,7 +47,7 @@ def downgrade(
 def current() -> None:
     """Show the revision the database is at."""
     settings = load_settings()
-    with user_errors(), _database_errors(settings):
+    with user_errors(), database_errors(settings):
         _print_current(settings)
 
 
@@ -60,7 +60,7 @@ def _print_current(settings: StackSettings) -> None:
 
 
 @contextmanager
-def _database_errors(settings: StackSettings) -> Iterator[None]:
+def database_errors(settings: StackSettings) -> Iterator[None]:
     """Database and Alembic failures as one-line StackErrors, for user_errors to print."""
     from alembic.util import CommandError
     from sqlalchemy.exc import DBAPIError, OperationalError
@@ -72,21 +72,21 @@ def _database_errors(settings: StackSettings) -> Iterator[None]:
         where = f"{host}:{settings.postgres_port}"
         if not process.port_in_use(host, settings.postgres_port):
             raise StackError(
-                f"cannot reach PostgreSQL at {where}: {_first_line(exc.orig)} "
+                f"cannot reach PostgreSQL at {where}: {first_line(exc.orig)} "
                 "— is the stack up? (`tide stack up postgres`)"
             ) from exc
         # Something listens there but said no: wrong credentials, or not our server.
         raise StackError(
-            f"PostgreSQL at {where} refused the connection: {_first_line(exc.orig)} "
+            f"PostgreSQL at {where} refused the connection: {first_line(exc.orig)} "
             "— check TIDE_POSTGRES_USER and TIDE_POSTGRES_PASSWORD in .env (or TIDE_POSTGRES_PORT)"
         ) from exc
     except DBAPIError as exc:
-        raise StackError(f"migration failed: {_first_line(exc.orig)}") from exc
+        raise StackError(f"migration failed: {first_line(exc.orig)}") from exc
     except psycopg.Error as exc:  # from migrations.capture, which talks to psycopg directly
-        raise StackError(f"migration failed: {_first_line(exc)}") from exc
+        raise StackError(f"migration failed: {first_line(exc)}") from exc
     except CommandError as exc:  # e.g. an unknown revision
         raise StackError(f"alembic: {exc}") from exc
 
 
-def _first_line(exc: BaseException | None) -> str:
+def first_line(exc: BaseException | None) -> str:
     return (str(exc).strip().splitlines() or ["(no message)"])[0]

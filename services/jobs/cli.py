@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from services.console import console, load_settings, reporter, user_errors
-from services.jobs import dlq, driver, lag, rebuild
+from services.jobs import driver, rebuild
 from services.stack import process, runner
 from services.stack.service import StackError
-from spark_jobs.config import load
-from spark_jobs.pipeline import tables_with_view
+from services.status import cli as status_view
+from spark_jobs import control
 from spark_jobs.settings import SINKS
 
 jobs_app = typer.Typer(help="The Spark Structured Streaming jobs that apply the changelog to every sink.")
@@ -41,30 +40,47 @@ def stop() -> None:
 
 @jobs_app.command()
 def status() -> None:
-    """Each sink's query: state, records behind the end of its topics, dead letters, last error."""
+    """Each sink's query: state, records behind, dead letters, freshness, last error (see `tide status`)."""
+    console.print(status_view.sinks_table(status_view.read(load_settings())))
+
+
+SinkArgument = Annotated[str, typer.Argument(help="search, cache or warehouse")]
+
+
+def _check_sink(sink: str) -> None:
+    if sink not in SINKS:
+        raise StackError(f"unknown sink {sink}; choose one of {', '.join(SINKS)}")
+
+
+@jobs_app.command()
+def pause(sink: SinkArgument) -> None:
+    """Stop one sink's query (the others keep running) until `tide jobs resume`; it resumes where it stopped."""
+    _set_paused(sink, paused=True)
+
+
+@jobs_app.command()
+def resume(sink: SinkArgument) -> None:
+    """Let a paused sink's query run again; the running driver starts it within a few seconds."""
+    _set_paused(sink, paused=False)
+
+
+def _set_paused(sink: str, paused: bool) -> None:
     settings = load_settings()
-    pipeline = load(settings.pipeline_file)
-    reported = driver.read_status(settings) or {"queries": {}}
-    dead = dlq.count_by_sink(dlq.read_letters(settings, driver.job_settings(settings).dlq_topic))
-    table = Table("sink", "query", "records behind", "dead letters", "last error")
-    for sink in SINKS:
-        topics = [pipeline.topic(t) for t in tables_with_view(pipeline, sink)]
-        behind = lag.records_behind(
-            lag.committed_offsets(settings.state_dir / "checkpoints" / sink), lag.end_offsets(settings, topics)
-        )
-        query = reported["queries"].get(sink, {})
-        state = "[green]running[/green]" if query.get("active") else "[red]stopped[/red]"
-        table.add_row(sink, state, str(behind), str(dead.get(sink, 0)), (query.get("last_error") or "")[:80])
-    console.print(table)
+    with user_errors():
+        _check_sink(sink)
+    path = driver.paused_file(settings)
+    now = control.read_paused(path)
+    control.write_paused(path, now | {sink} if paused else now - {sink})
+    console.print(f"{sink} {'paused' if paused else 'resumed'}: the driver applies it within a few seconds "
+                  "(`tide jobs status` shows it)")
 
 
 @rebuild_app.command("rebuild")
-def rebuild_sink(sink: Annotated[str, typer.Argument(help="search, cache or warehouse")]) -> None:
+def rebuild_sink(sink: SinkArgument) -> None:
     """Recreate one sink from the compacted topics (offset zero), without touching PostgreSQL."""
     settings = load_settings()
     with user_errors():
-        if sink not in SINKS:
-            raise StackError(f"unknown sink {sink}; choose one of {', '.join(SINKS)}")
+        _check_sink(sink)
         if sink == "search":
             swapped = rebuild.rebuild_search(settings, console.print)
             console.print("aliases now point at " + ", ".join(f"{a} -> {i}" for a, i in swapped.items()))

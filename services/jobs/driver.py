@@ -30,6 +30,7 @@ def job_env(settings: StackSettings) -> dict[str, str]:
         "TIDE_JOB_CHECKPOINT_DIR": str(state / "checkpoints"),
         "TIDE_JOB_JARS_DIR": str(jars.bundle_dir(settings, "spark")),
         "TIDE_JOB_STATUS_FILE": str(status_file(settings)),
+        "TIDE_JOB_PAUSED_FILE": str(paused_file(settings)),
         "TIDE_JOB_TRIGGER_INTERVAL": settings.job_trigger_interval,
         "TIDE_JOB_MAX_OFFSETS_PER_TRIGGER": str(settings.job_max_offsets_per_trigger),
         "TIDE_JOB_DRIVER_MEMORY": settings.job_driver_memory,
@@ -44,6 +45,10 @@ def job_settings(settings: StackSettings) -> JobSettings:
 
 def status_file(settings: StackSettings) -> Path:
     return settings.state_dir / "jobs" / "status.json"
+
+
+def paused_file(settings: StackSettings) -> Path:
+    return settings.state_dir / "jobs" / "paused.json"
 
 
 def read_status(settings: StackSettings) -> dict | None:
@@ -61,7 +66,8 @@ def probe(settings: StackSettings) -> str:
     age = time.time() - status["written_at_ms"] / 1000
     if age > STATUS_STALE_S:
         raise Unhealthy(f"driver status is {age:.0f}s old")
-    inactive = [sink for sink, query in status["queries"].items() if not query["active"]]
+    # A query an operator paused (`tide jobs pause`) is stopped on purpose, not unhealthy.
+    inactive = [sink for sink, query in status["queries"].items() if not query["active"] and not query.get("paused")]
     if inactive:
         errors = "; ".join(f"{s}: {status['queries'][s]['last_error']}" for s in inactive)
         raise Unhealthy(f"queries not running: {errors}")

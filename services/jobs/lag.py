@@ -21,8 +21,8 @@ def committed_offsets(checkpoint: Path) -> dict[str, dict[int, int]]:
     return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in source.items()}
 
 
-def end_offsets(settings: StackSettings, topics: list[str]) -> dict[str, dict[int, int]]:
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap)
+def end_offsets(settings: StackSettings, topics: list[str], bootstrap_timeout_ms: int = 30_000) -> dict[str, dict[int, int]]:
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, bootstrap_timeout_ms=bootstrap_timeout_ms)
     try:
         partitions = [TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t) or ()]
         ends = consumer.end_offsets(partitions) if partitions else {}

@@ -38,20 +38,22 @@ def rebuild_search(settings: StackSettings, report: Report) -> dict[str, str]:
     live = ElasticsearchSink(jobs.elasticsearch_url, pipeline, jobs.es_bulk_size)
     live.setup(pipeline)
     targets = {table: live.create_version(live.alias(table)) for table in tables_with_view(pipeline, "search")}
-    report(f"building {', '.join(targets.values())}")
-    fresh = ElasticsearchSink(jobs.elasticsearch_url, pipeline, jobs.es_bulk_size, targets=targets)
+    nested = {name: live.create_version(name) for name in pipeline.nested}
+    report(f"building {', '.join([*targets.values(), *nested.values()])}")
+    fresh = ElasticsearchSink(jobs.elasticsearch_url, pipeline, jobs.es_bulk_size, targets=targets,
+                              nested_targets=nested)
     checkpoint = jobs.checkpoint_dir / f"search-rebuild-{int(time.time())}"
     spark = build_session("tideline-rebuild", jobs.jars_dir, master=jobs.master, driver_memory=jobs.driver_memory)
     try:
         _catch_up(spark, jobs, pipeline, fresh, checkpoint)
-        for table, index in targets.items():
-            live.swap_alias(live.alias(table), index)
+        for alias, index in [*((live.alias(t), i) for t, i in targets.items()), *nested.items()]:
+            live.swap_alias(alias, index)
         report("aliases swapped; catching up with changes since the build")
         _catch_up(spark, jobs, pipeline, fresh, checkpoint)
     finally:
         spark.stop()
         shutil.rmtree(checkpoint, ignore_errors=True)
-    return {live.alias(table): index for table, index in targets.items()}
+    return {**{live.alias(table): index for table, index in targets.items()}, **nested}
 
 
 def _catch_up(spark, jobs: JobSettings, pipeline: PipelineConfig, sink, checkpoint: Path) -> None:

@@ -15,7 +15,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,13 +151,31 @@ def chown_tree(path: Path, user: str | None) -> None:
             os.chown(os.path.join(root, name), entry.pw_uid, entry.pw_gid, follow_symlinks=False)
 
 
+@contextmanager
+def _ctrl_c_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C until the block ends: between starting a process and writing its pid file it
+    would leave a process nothing can find to stop. (A handler, not a blocked signal: a child
+    inherits a blocked mask, but exec resets a handler.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives signals
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received and callable(previous):
+            previous(signal.SIGINT, None)  # the default handler raises KeyboardInterrupt
+
+
 def start(
     argv: list[str], *, pid_file: Path, log_file: Path, cwd: Path, env: dict[str, str], user: str | None
 ) -> Started:
     """Start argv detached in its own session (it outlives `tide`, and Ctrl-C in tide does not reach it)."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     pid_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_file, "ab") as log:
+    with _ctrl_c_deferred(), open(log_file, "ab") as log:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -165,9 +186,9 @@ def start(
             start_new_session=True,
             user=user,
         )
-    stat = _stat(proc.pid)
-    started = Started(pid=proc.pid, start_ticks=stat[1] if stat else -1)
-    pid_file.write_text(json.dumps({"pid": started.pid, "start_ticks": started.start_ticks, "argv": argv}))
+        stat = _stat(proc.pid)
+        started = Started(pid=proc.pid, start_ticks=stat[1] if stat else -1)
+        pid_file.write_text(json.dumps({"pid": started.pid, "start_ticks": started.start_ticks, "argv": argv}))
     return started
 
 

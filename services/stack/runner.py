@@ -155,9 +155,17 @@ def with_dependants(names: Iterable[str]) -> list[Service]:
 
 def down(settings: StackSettings, names: Iterable[str] | None = None, report: Report = lambda n, s: None) -> None:
     """Stop exactly the processes the stack started (by pid file), dependants first. Data stays."""
-    for service in reversed(with_dependants(names) if names else list(CATALOGUE.values())):
+    stop(settings, with_dependants(names) if names else list(CATALOGUE.values()), report)
+
+
+def stop(settings: StackSettings, services: list[Service], report: Report = lambda n, s: None) -> list[str]:
+    """Stop the given services by pid file, last first (they are in start order); the names stopped."""
+    stopped = []
+    for service in reversed(services):
         if process.stop(pid_file(settings, service)):
             report(service.name, "stopped")
+            stopped.append(service.name)
+    return stopped
 
 
 def status(settings: StackSettings, services: Iterable[Service] | None = None) -> list[ServiceStatus]:

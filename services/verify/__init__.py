@@ -25,7 +25,8 @@ import psycopg
 from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.stack import postgres
-from services.verify import derived, readers
+from services.verify import derived, nested, readers
+from services.verify.aggregates import cache_figures, source_figures
 from services.verify.readers import VerifyError
 from services.verify.reconcile import (
     Canonicaliser,
@@ -35,6 +36,7 @@ from services.verify.reconcile import (
     compare,
     spill,
 )
+from spark_jobs.aggregates import AggregatePlan
 from spark_jobs.config import PipelineConfig, WindowView, history_table, load
 from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS, SinkName
@@ -132,7 +134,8 @@ def reconcile_views(
         readers.connect_source(postgres.conninfo(settings)) as conn,
     ):
         for table, wanted in plan:
-            shape, estimate = readers.source_shape(conn, pipeline.source.schema_name, table)
+            excluded = pipeline.tables[table].exclude_columns
+            shape, estimate = readers.source_shape(conn, pipeline.source.schema_name, table, excluded)
             canon = Canonicaliser(shape)
             buckets = bucket_count(estimate)
             source = spill(_source_pairs(conn, canon), Path(scratch) / table / "source", buckets)
@@ -154,7 +157,64 @@ def reconcile_views(
                 outcomes.append(outcome)
                 if on_outcome:
                     on_outcome(outcome)
+        for aggregate in aggregates_to_verify(pipeline, plan):
+            outcome = _aggregate_outcome(aggregate, conn, targets, pipeline, Path(scratch), examples)
+            outcomes.append(outcome)
+            if on_outcome:
+                on_outcome(outcome)
+        for name in nested_selection(pipeline, tables, sinks):
+            outcome = _nested_outcome(conn, pipeline, name, targets, Path(scratch) / "nested" / name, examples)
+            outcomes.append(outcome)
+            if on_outcome:
+                on_outcome(outcome)
     return outcomes
+
+
+def aggregates_to_verify(pipeline: PipelineConfig, plan: list[tuple[str, list[SinkName]]]) -> list[AggregatePlan]:
+    """The cache's aggregates over any table whose cache view is being verified."""
+    cached = {table for table, wanted in plan if "cache" in wanted}
+    return [aggregate for aggregate in pipeline.aggregate_plans() if cached & set(aggregate.tables)]
+
+
+def _aggregate_outcome(
+    aggregate: AggregatePlan, conn: psycopg.Connection, targets: Targets, pipeline: PipelineConfig,
+    scratch: Path, examples: int,
+) -> Outcome:
+    """An aggregate is compared like a table: group id for doc id, its figures for the row."""
+    folder = scratch / "aggregates" / aggregate.name
+    buckets = 16
+    source = spill(source_figures(conn, aggregate, pipeline.source.schema_name), folder / "source", buckets)
+    cache = spill(cache_figures(targets.redis_url, aggregate, targets.redis_prefix), folder / "cache", buckets)
+    try:
+        return _outcome(f"aggregate:{aggregate.name}", "cache", source, cache, examples)
+    finally:
+        source.remove()
+        cache.remove()
+
+
+def nested_selection(pipeline: PipelineConfig, tables: Iterable[str] | None, sinks: Iterable[SinkName] | None
+                     ) -> list[str]:
+    """The nested views to verify: all of them with the search sink, narrowed to those whose root
+    table is selected when tables are named."""
+    chosen_tables = [tables] if isinstance(tables, str) else list(tables or pipeline.tables)
+    chosen_sinks = [sinks] if isinstance(sinks, str) else list(sinks or SINKS)
+    if "search" not in chosen_sinks:
+        return []
+    return [name for name, view in pipeline.nested.items() if view.root in chosen_tables]
+
+
+def _nested_outcome(conn: psycopg.Connection, pipeline: PipelineConfig, name: str, targets: Targets,
+                    scratch: Path, examples: int) -> Outcome:
+    """One nested view against the same join computed by PostgreSQL, document by document."""
+    view = pipeline.nested[name]
+    shapes = nested.shapes(conn, pipeline, view)
+    buckets = bucket_count(readers.source_shape(conn, pipeline.source.schema_name, view.root)[1])
+    source = spill(nested.source_pairs(conn, pipeline.source.schema_name, view, shapes), scratch / "source", buckets)
+    spilled = spill(nested.sink_pairs(targets.es_url, name, view, shapes), scratch / "search", buckets)
+    outcome = _outcome(nested.label(name), "search", source, spilled, examples)
+    source.remove()
+    spilled.remove()
+    return outcome
 
 
 def _history_outcome(

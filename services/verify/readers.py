@@ -10,7 +10,7 @@ same kinds of values from every side.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,14 +74,19 @@ def numeric_scale(typmod: int) -> int | None:
     return (((typmod - 4) & 0x7FF) ^ 1024) - 1024
 
 
-def source_shape(conn: psycopg.Connection, schema: str, table: str) -> tuple[TableShape, int]:
-    """The table's columns and primary key from the catalogue, and its estimated row count."""
+def source_shape(
+    conn: psycopg.Connection, schema: str, table: str, excluded: Iterable[str] = ()
+) -> tuple[TableShape, int]:
+    """The table's columns (less those the pipeline keeps out of Kafka) and primary key from the
+    catalogue, and its estimated row count."""
     found = conn.execute(_RELATION, (schema, table)).fetchone()
     if found is None:
         raise VerifyError(f"PostgreSQL has no table {schema}.{table}: run `tide db migrate` or fix pipeline.yaml")
     oid, estimate = found
     columns = []
     for name, type_name, is_array, element, typmod in conn.execute(_COLUMNS, (oid,)).fetchall():
+        if name in excluded:
+            continue
         kind = element if is_array else type_name
         columns.append(Column(name, kind, is_array, numeric_scale(typmod) if kind == "numeric" else None))
     key = tuple(name for (name,) in conn.execute(_PRIMARY_KEY, (oid,)).fetchall())

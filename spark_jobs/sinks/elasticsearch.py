@@ -16,6 +16,7 @@ and re-decided.
 from __future__ import annotations
 
 import base64
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from hashlib import sha256
 from itertools import islice
+from time import monotonic
 from typing import Any
 
 from elasticsearch import BadRequestError, ConflictError, Elasticsearch, helpers
@@ -32,6 +34,8 @@ from spark_jobs.changes import Change, ColumnType
 from spark_jobs.config import PipelineConfig
 from spark_jobs.merge import MAX_ID_BYTES, Version, doc_id
 from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR, Rejected
+
+log = logging.getLogger("tideline.search")
 
 # Side indices shared by every table: a deleted row's version, and each table's truncate version.
 TOMBSTONES = "tideline-tombstones"
@@ -228,6 +232,10 @@ def below(watermark: Version) -> dict[str, Any]:
     ]}}
 
 
+# A nested view's index starts with its reference list only; fields follow the flat indices' mappings.
+_NESTED_PROPERTIES = {"tl_refs": {"type": "keyword"}}
+
+
 # ---- the sink -----------------------------------------------------------------------------------
 
 
@@ -242,11 +250,14 @@ class ElasticsearchSink:
     name = "search"
 
     def __init__(self, url: str, pipeline: PipelineConfig, bulk_size: int = 1000,
-                 targets: dict[str, str] | None = None, shards: int = 1, replicas: int = 0) -> None:
+                 targets: dict[str, str] | None = None, shards: int = 1, replicas: int = 0,
+                 nested_targets: dict[str, str] | None = None) -> None:
         self.url = url
         self.pipeline = pipeline
         self.bulk_size = bulk_size
         self.targets = dict(targets or {})
+        # Nested views (by index name) to write into a physical index instead of their alias.
+        self.nested_targets = dict(nested_targets or {})
         # One node here: 1 shard, no replicas. A cluster raises both (configuration, not code).
         self.shards = shards
         self.replicas = replicas
@@ -261,7 +272,8 @@ class ElasticsearchSink:
         return config.search.index or table
 
     def aliases(self) -> list[str]:
-        return [alias for table in self.pipeline.tables if (alias := self.alias(table))]
+        """Every alias this sink writes: the tables' flat indices, then the nested views."""
+        return [alias for table in self.pipeline.tables if (alias := self.alias(table))] + list(self.pipeline.nested)
 
     def target(self, table: str) -> str:
         return self.targets.get(table) or self.alias(table)  # type: ignore[return-value]
@@ -298,7 +310,8 @@ class ElasticsearchSink:
                     _create(es, side, settings=self._settings(), mappings=_SIDE_MAPPING)
             for alias in self.aliases():
                 if not es.indices.exists_alias(name=alias):
-                    mappings = {"dynamic": False, "properties": dict(_META_PROPERTIES)}
+                    nested = alias in self.pipeline.nested
+                    mappings = {"dynamic": False, "properties": _NESTED_PROPERTIES if nested else dict(_META_PROPERTIES)}
                     _create(es, f"{alias}-v1", settings=self._settings(), mappings=mappings)
                     es.indices.put_alias(index=f"{alias}-v1", name=alias)
 
@@ -398,6 +411,39 @@ class ElasticsearchSink:
             else:
                 raise ElasticsearchSinkError(f"bulk item failed with {result['status']}: {error}")
         return [c for key, c in retry.items() if key not in refused], list(refused.values())
+
+    # -- nested views (driver, after a batch's flat writes)
+
+    def finish_batch(self, truncates: Sequence[Change], rows: Any) -> int:
+        """Bring every nested view up to date with the batch just written flat (`rows` is the batch's
+        RDD of changes; only the small lookups it implies reach the driver). Returns documents written."""
+        if not self.pipeline.nested:
+            return 0
+        from spark_jobs.sinks import nested
+
+        views = self.pipeline.nested
+        touched = [touch for change in truncates for touch in nested.touches(views, change)]
+        touched += rows.flatMap(lambda change: nested.touches(views, change)).collect()
+        return self.update_nested(touched)
+
+    def update_nested(self, touched: Sequence[Any]) -> int:
+        """Rebuild the nested documents these touches (`nested.touches` of changes already written
+        flat) reach; returns how many documents were written or deleted."""
+        from spark_jobs.sinks import nested
+
+        written = 0
+        with self._client() as es:
+            for name, view in self.pipeline.nested.items():
+                mine = [touch for touch in touched if touch.view == name]
+                if not mine:
+                    continue
+                started = monotonic()
+                target = self.nested_targets.get(name, name)
+                done = nested.NestedIndex(es, view, target, self.target, self.bulk_size).apply(mine)
+                log.info("nested %s: %d touches, %d documents written in %.0f ms",
+                         target, len(mine), done, (monotonic() - started) * 1000)
+                written += done
+        return written
 
     # -- mappings
 

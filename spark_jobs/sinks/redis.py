@@ -6,6 +6,10 @@ truncate watermark) and writing the row happen atomically per key: two
 executors applying different versions of one row can never interleave a read
 and a write. Scripts are sent as EVALSHA calls pipelined in chunks, so a
 partition costs a handful of round trips, not one per row.
+
+The same scripts keep the declared aggregates (`cache_aggregates`): a row's old
+contribution out, its new one in, in the step that changes the row, so a change
+the version guard rejects (a replay) never moves a figure (docs/sinks/redis.md).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from uuid import UUID
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
+from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, MeasurePlan
 from spark_jobs.changes import Change
 from spark_jobs.config import PipelineConfig
 from spark_jobs.merge import doc_id
@@ -111,8 +116,187 @@ local function above(a, b)
 end
 """
 
+# The aggregates (spark_jobs/aggregates.py), kept as a function of the stored rows: every script that
+# changes a row of a tracked table first computes, from the old and new row, what that change does
+# to each aggregate (and to the children index a join needs), then writes the row and those changes
+# in the same atomic script. Reads come first, so a bad value fails the script before any write.
+# $spec is the JSON of `aggregate_spec` (one script text per pipeline file).
+_AGGREGATES = Template("""
+local SPEC = cjson.decode([==[$spec]==])
+local TRACKED = SPEC.tracked
+
+local function error_text(err)
+  if type(err) == 'table' then return err.err or cjson.encode(err) end
+  return tostring(err)
+end
+
+local function fields_of(key)
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then return nil end
+  local row = {}
+  for i = 1, #flat, 2 do row[flat[i]] = flat[i + 1] end
+  return row
+end
+
+local function tracked_row(table_name, key)
+  if TRACKED[table_name] then return fields_of(key) end
+  return nil
+end
+
+local function row_of_fields(fields)
+  local row = {}
+  for i = 1, #fields, 2 do row[fields[i]] = fields[i + 1] end
+  return row
+end
+
+-- A stored JSON value as an id (doc_id of one column): strings unquoted, numbers as written; nil for NULL.
+local function id_of(text)
+  if not text or text == 'null' then return nil end
+  if string.sub(text, 1, 1) == '"' then return cjson.decode(text) end
+  return text
+end
+
+-- A decimal (JSON number, JSON string or plain text) as an exact integer count of 10^-scale units.
+local function scaled(text, scale)
+  if not text or text == 'null' then return 0 end
+  local digits = text
+  if string.sub(digits, 1, 1) == '"' then digits = string.sub(digits, 2, -2) end
+  local sign, whole, fraction = string.match(digits, '^(-?)(%d+)%.?(%d*)$$')
+  if not whole then error('not an exact decimal: ' .. text) end
+  if #fraction > scale then
+    if not string.match(string.sub(fraction, scale + 1), '^0*$$') then
+      error(text .. ' has more than ' .. scale .. ' decimal places')
+    end
+    fraction = string.sub(fraction, 1, scale)
+  end
+  local units = tonumber(whole .. fraction .. string.rep('0', scale - #fraction))
+  if units >= 9007199254740992 then error(text .. ' is too large to sum exactly (2^53 units)') end
+  if sign == '-' then return -units end
+  return units
+end
+
+local function decimal_text(units, scale)
+  local sign = ''
+  if units < 0 then sign = '-' end
+  local digits = string.format('%d', math.abs(units))
+  if scale == 0 then return sign .. digits end
+  digits = string.rep('0', scale + 1 - #digits) .. digits
+  return sign .. string.sub(digits, 1, #digits - scale) .. '.' .. string.sub(digits, #digits - scale + 1)
+end
+
+local function value_of(side, column, row, parent)
+  if side == 'join' then return parent[column] end
+  return row[column]
+end
+
+local function matches(where, row, parent)
+  for _, term in ipairs(where) do
+    local value = value_of(term.side, term.column, row, parent)
+    if not value or value == 'null' then return false end  -- NULL matches nothing, as in SQL
+    local found = false
+    for _, wanted in ipairs(term.values) do
+      if value == wanted then found = true end
+    end
+    if found == term.negate then return false end
+  end
+  return true
+end
+
+local function parent_of(aggregate, row)
+  if not aggregate.join or not row then return nil end
+  local parent_id = id_of(row[aggregate.join.column])
+  if not parent_id then return nil end
+  return fields_of(SPEC.prefix .. aggregate.join.table .. ':' .. parent_id)
+end
+
+-- Add sign x the row's contribution (joined to parent) to deltas[group][field].
+local function contribute(aggregate, row, parent, sign, deltas)
+  if not row or (aggregate.join and not parent) then return end  -- an inner join: no parent, no figures
+  local group = id_of(row[aggregate.group_by])
+  if not group then return end
+  for _, measure in ipairs(aggregate.measures) do
+    if matches(measure.where, row, parent) then
+      local amount = 1
+      if measure.column then amount = scaled(value_of(measure.side, measure.column, row, parent), measure.scale) end
+      deltas[group] = deltas[group] or {}
+      deltas[group][measure.field] = (deltas[group][measure.field] or 0) + sign * amount
+    end
+  end
+end
+
+local function children_key(child_table, column, parent_id)
+  return SPEC.prefix .. 'tideline:children:' .. child_table .. ':' .. column .. ':' .. parent_id
+end
+
+-- The writes that move one group's figures by `changes`; none if they cancel out.
+local function group_writes(aggregate, group, changes, writes)
+  if aggregate.type == 'sorted_set' then
+    local amount = changes[aggregate.measures[1].field] or 0
+    if amount == 0 then return end
+    local key = SPEC.prefix .. aggregate.key_head
+    local score = (tonumber(redis.call('ZSCORE', key, group)) or 0) + amount
+    if score == 0 then table.insert(writes, {'ZREM', key, group})
+    else table.insert(writes, {'ZADD', key, string.format('%d', score), group}) end
+    return
+  end
+  local key = SPEC.prefix .. aggregate.key_head .. group .. aggregate.key_tail
+  local moved, zero, fields = false, true, {}
+  for _, measure in ipairs(aggregate.measures) do
+    local amount = changes[measure.field] or 0
+    if amount ~= 0 then moved = true end
+    local figure = scaled(redis.call('HGET', key, measure.field), measure.scale) + amount
+    if figure ~= 0 then zero = false end
+    table.insert(fields, measure.field)
+    table.insert(fields, decimal_text(figure, measure.scale))
+  end
+  if not moved then return end
+  if zero then table.insert(writes, {'DEL', key})  -- as in SQL, a group with nothing to show has no row
+  else table.insert(writes, {'HSET', key, unpack(fields)}) end
+end
+
+-- Everything a row of `table_name` going from `old` to `new` (nil: absent) does to the aggregates.
+local function aggregate_writes(table_name, row_id, old, new)
+  local writes = {}
+  if not TRACKED[table_name] then return writes end
+  for _, edge in ipairs(SPEC.edges) do
+    if edge.table == table_name then
+      local before = old and id_of(old[edge.column])
+      local after = new and id_of(new[edge.column])
+      if before ~= after then
+        if before then table.insert(writes, {'SREM', children_key(edge.table, edge.column, before), row_id}) end
+        if after then table.insert(writes, {'SADD', children_key(edge.table, edge.column, after), row_id}) end
+      end
+    end
+  end
+  for _, aggregate in ipairs(SPEC.aggregates) do
+    local deltas = {}
+    if aggregate.table == table_name then
+      contribute(aggregate, old, parent_of(aggregate, old), -1, deltas)
+      contribute(aggregate, new, parent_of(aggregate, new), 1, deltas)
+    end
+    if aggregate.join and aggregate.join.table == table_name then
+      -- A parent's change moves every stored child's contribution (an order's status: all its items).
+      local children = redis.call('SMEMBERS', children_key(aggregate.table, aggregate.join.column, row_id))
+      for _, child_id in ipairs(children) do
+        local child = fields_of(SPEC.prefix .. aggregate.table .. ':' .. child_id)
+        contribute(aggregate, child, old, -1, deltas)
+        contribute(aggregate, child, new, 1, deltas)
+      end
+    end
+    for group, changes in pairs(deltas) do group_writes(aggregate, group, changes, writes) end
+  end
+  return writes
+end
+
+local function run(writes)
+  for _, command in ipairs(writes) do redis.call(unpack(command)) end
+end
+""")
+
+
 # KEYS: row, tombstone, truncate watermark.
-# ARGV: op ('u' or 'd'), major, minor, number of unchanged-TOAST columns, their names, then field, value pairs.
+# ARGV: op ('u' or 'd'), major, minor, table, row id, number of unchanged-TOAST columns, their names,
+# then field, value pairs.
 _APPLY = Template("""
 local incoming = {tonumber(ARGV[2]), tonumber(ARGV[3])}
 local held = version(KEYS[1], '$major', '$minor')
@@ -120,15 +304,19 @@ for _, other in ipairs({version(KEYS[2], 'major', 'minor'), version(KEYS[3], 'ma
   if above(other, held) then held = other end
 end
 if not above(incoming, held) then return 0 end  -- older than what we hold, or a replay
+local old = tracked_row(ARGV[4], KEYS[1])
 if ARGV[1] == 'd' then
+  local ok, writes = pcall(aggregate_writes, ARGV[4], ARGV[5], old, nil)
+  if not ok then return redis.error_reply(error_text(writes)) end
   redis.call('DEL', KEYS[1])
   -- The guard above already proved incoming beats any existing tombstone, so this only raises it.
   redis.call('HSET', KEYS[2], 'major', ARGV[2], 'minor', ARGV[3])
+  run(writes)
   return 1
 end
 local fields = {}
-local unavailable = tonumber(ARGV[4])
-for i = 5, 4 + unavailable do
+local unavailable = tonumber(ARGV[6])
+for i = 7, 6 + unavailable do
   local kept = redis.call('HGET', KEYS[1], ARGV[i])
   if not kept then
     -- Writing the row without it would put a partial image in the view (invariant 6).
@@ -137,10 +325,17 @@ for i = 5, 4 + unavailable do
   table.insert(fields, ARGV[i])
   table.insert(fields, kept)
 end
-for i = 5 + unavailable, #ARGV do table.insert(fields, ARGV[i]) end
+for i = 7 + unavailable, #ARGV do table.insert(fields, ARGV[i]) end
+local writes = {}
+if TRACKED[ARGV[4]] then
+  local ok, result = pcall(aggregate_writes, ARGV[4], ARGV[5], old, row_of_fields(fields))
+  if not ok then return redis.error_reply(error_text(result)) end
+  writes = result
+end
 -- The new row's version beats the tombstone, so the tombstone is no longer needed to guard the key.
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('HSET', KEYS[1], unpack(fields))
+run(writes)
 return 1
 """).substitute(major=VERSION_MAJOR, minor=VERSION_MINOR)
 
@@ -151,12 +346,20 @@ redis.call('HSET', KEYS[1], 'major', ARGV[1], 'minor', ARGV[2])
 return 1
 """
 
-# KEYS: a row or tombstone of the table, the table's watermark. ARGV: that key's version field names.
-# Deletes it if its version is below the watermark; anything else matching the pattern is left alone.
+# KEYS: a row or tombstone of the table, the table's watermark. ARGV: that key's version field names,
+# then for a row its table and id (a row leaves the aggregates like a delete). Deletes the key if its
+# version is below the watermark; anything else matching the pattern is left alone.
 _PRUNE = """
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' or redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 if not above(version(KEYS[2], 'major', 'minor'), version(KEYS[1], ARGV[1], ARGV[2])) then return 0 end
+local writes = {}
+if ARGV[3] then
+  local ok, result = pcall(aggregate_writes, ARGV[3], ARGV[4], tracked_row(ARGV[3], KEYS[1]), nil)
+  if not ok then return redis.error_reply(error_text(result)) end
+  writes = result
+end
 redis.call('DEL', KEYS[1])
+run(writes)
 return 1
 """
 
@@ -170,8 +373,50 @@ class _Script:
         return hashlib.sha1(self.source.encode()).hexdigest()  # what SCRIPT LOAD returns
 
 
-APPLY, RAISE_WATERMARK, PRUNE = (_Script(_PRELUDE + body) for body in (_APPLY, _RAISE_WATERMARK, _PRUNE))
+RAISE_WATERMARK = _Script(_PRELUDE + _RAISE_WATERMARK)
 _Call = tuple[list[str], list[str]]  # (keys, args) of one EVALSHA
+
+
+def aggregate_spec(plans: Sequence[AggregatePlan], prefix: str = "") -> dict[str, Any]:
+    """What the scripts need of the aggregates, as JSON-ready data. Condition values are encoded as the
+    row hashes store them (`encode_value`), so a script compares stored text with stored text.
+    No nulls: Lua's cjson turns them into a value that is true."""
+
+    def measure(m: MeasurePlan) -> dict[str, Any]:
+        where = [
+            {"side": t.side, "column": t.column, "negate": t.negate, "values": [encode_value(v) for v in t.values]}
+            for t in m.where
+        ]
+        return {"field": m.field, "where": where, "side": m.side, "scale": m.scale} | (
+            {"column": m.column} if m.column else {}
+        )
+
+    aggregates = [
+        {"table": p.table, "group_by": p.group_by, "type": p.type, "key_head": p.key_head, "key_tail": p.key_tail,
+         "measures": [measure(m) for m in p.measures]}
+        | ({"join": {"table": p.join_table, "column": p.join_foreign_key}} if p.join_table else {})
+        for p in plans
+    ]  # fmt: skip
+    edges = sorted({(p.table, p.join_foreign_key) for p in plans if p.join_table})
+    return {
+        "prefix": prefix,
+        "tracked": {table: True for p in plans for table in p.tables},
+        "edges": [{"table": table, "column": column} for table, column in edges],
+        "aggregates": aggregates,
+    }
+
+
+def row_scripts(spec: dict[str, Any]) -> tuple[_Script, _Script]:
+    """The APPLY and PRUNE scripts for one set of aggregates (and key prefix)."""
+    text = json.dumps(spec, separators=(",", ":"), sort_keys=True)
+    if "]==]" in text:
+        raise ValueError("an aggregate's declaration contains ]==], which the scripts cannot embed")
+    library = _AGGREGATES.substitute(spec=text)
+    return _Script(_PRELUDE + library + _APPLY), _Script(_PRELUDE + library + _PRUNE)
+
+
+def spec_key(prefix: str = "") -> str:
+    return f"{prefix}tideline:aggregates"
 
 
 class RedisSink:
@@ -187,6 +432,8 @@ class RedisSink:
         self.chunk_size = chunk_size
         self.scan_count = scan_count
         self.tables = frozenset(table for table, views in pipeline.tables.items() if views.cache is not None)
+        self.aggregates = aggregate_spec(pipeline.aggregate_plans(), key_prefix)
+        self.apply_script, self.prune_script = row_scripts(self.aggregates)
 
     def available(self) -> bool:
         """Whether Redis answers (checked on the driver before a batch)."""
@@ -197,10 +444,29 @@ class RedisSink:
             return False
 
     def setup(self, pipeline: PipelineConfig) -> None:
-        """Load the scripts (idempotent). `write` reloads them too if the server lost them."""
+        """Load the scripts (idempotent; `write` reloads them too if the server lost them), and refuse
+        a cache whose aggregates were declared differently: its figures would not match its rows."""
         with redis.Redis.from_url(self.url) as client:
-            for script in (APPLY, RAISE_WATERMARK, PRUNE):
+            self._check_aggregates(client)
+            for script in (self.apply_script, RAISE_WATERMARK, self.prune_script):
                 client.script_load(script.source)
+
+    def _check_aggregates(self, client: redis.Redis) -> None:
+        """The declaration the aggregates were built with is stored beside them. A cache holding rows
+        but no declaration was built before the aggregates existed: deltas on it would be wrong too."""
+        wanted = json.dumps(self.aggregates["aggregates"], sort_keys=True)
+        held = client.hget(spec_key(self.key_prefix), "declaration")
+        if held is None:
+            patterns = [glob_escape(row_key(table, "", self.key_prefix)) + "*" for table in self.aggregates["tracked"]]
+            if any(next(client.scan_iter(match=p, count=self.scan_count), None) for p in patterns):
+                raise AggregateConfigError(
+                    "the cache was built before its cache_aggregates were declared: run `tide rebuild cache`"
+                )
+            client.hset(spec_key(self.key_prefix), "declaration", wanted)
+        elif held.decode() != wanted:
+            raise AggregateConfigError(
+                "the cache's aggregates were built from another cache_aggregates declaration: run `tide rebuild cache`"
+            )
 
     def write(self, changes: Sequence[Change]) -> list[Rejected]:
         """Apply one partition's changes. Truncates go first (rows above them survive either way).
@@ -223,7 +489,7 @@ class RedisSink:
                     rejected.append(Rejected(change, str(exc)))
             for start in range(0, len(upserts), self.chunk_size):
                 chunk = upserts[start : start + self.chunk_size]
-                results = self._run(client, APPLY, [call for _, call in chunk])
+                results = self._run(client, self.apply_script, [call for _, call in chunk])
                 rejected += [Rejected(c, str(r)) for (c, _), r in zip(chunk, results) if isinstance(r, ResponseError)]
         return rejected
 
@@ -235,9 +501,9 @@ class RedisSink:
             watermark_key(change.table, self.key_prefix),
         ]
         if change.is_delete:
-            return keys, ["d", *version_args(change), "0"]
+            return keys, ["d", *version_args(change), change.table, row_id, "0"]
         toast = sorted(change.unavailable)
-        return keys, ["u", *version_args(change), str(len(toast)), *toast, *row_fields(change)]
+        return keys, ["u", *version_args(change), change.table, row_id, str(len(toast)), *toast, *row_fields(change)]
 
     def _truncate(self, client: redis.Redis, change: Change) -> None:
         """Raise the watermark, then delete the table's rows (and tombstones) below it.
@@ -251,16 +517,21 @@ class RedisSink:
             raise raised
         table = glob_escape(change.table)
         prefix = glob_escape(self.key_prefix)
+        rows = row_key(change.table, "", self.key_prefix)
         targets = [
-            (f"{prefix}{table}:*", [VERSION_MAJOR, VERSION_MINOR]),
+            # A row leaves the aggregates as it goes, so the script needs its table and id.
+            (f"{prefix}{table}:*", lambda key: [VERSION_MAJOR, VERSION_MINOR, change.table, key[len(rows) :]]),
             # A tombstone below the watermark guards nothing the watermark does not: reclaim it.
-            (glob_escape(tombstone_key(change.table, "", self.key_prefix)) + "*", ["major", "minor"]),
+            (glob_escape(tombstone_key(change.table, "", self.key_prefix)) + "*", lambda key: ["major", "minor"]),
         ]
-        for pattern, version_fields in targets:
+        for pattern, arguments in targets:
             cursor = None
             while cursor != 0:
                 cursor, keys = client.scan(cursor=cursor or 0, match=pattern, count=self.scan_count)
-                self._run(client, PRUNE, [([key.decode(), watermark], version_fields) for key in keys])
+                calls = [([key.decode(), watermark], arguments(key.decode())) for key in keys]
+                for result in self._run(client, self.prune_script, calls):
+                    if isinstance(result, ResponseError):
+                        raise result  # the truncate is retried with its batch; pruning is idempotent
 
     def _run(self, client: redis.Redis, script: _Script, calls: list[_Call]) -> list[Any]:
         """EVALSHA each call in one pipelined round trip; per-call errors come back as values."""

@@ -1,8 +1,12 @@
-"""The e2e fixtures: one apply run (connector, driver, workload) and one Spark session per test session."""
+"""The running pipeline the end-to-end modules share: seeded data, a connector of its own, the apply
+driver started the way `tide jobs start` starts it, and a minute of workload. Session-scoped so
+every module reuses one running driver instead of starting its own; stopped as soon as no later
+test uses it, so it never outlives its users into a test that takes the stack down (test_up.py)."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import psycopg
 import pytest
@@ -14,22 +18,44 @@ from services.demo import workload
 from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import jars, postgres, process, runner
-from spark_jobs.config import load
+from spark_jobs.config import PipelineConfig, load
 from spark_jobs.session import build_session
 from tests.capture_support import unique_pipeline
 from tests.e2e.support import REDIS_DB, WORKLOAD_SECONDS, Workload, write_pipeline
 from tests.waiting import wait_until
 
 
+@dataclass
+class RunningPipeline:
+    stack: StackSettings
+    jobs: StackSettings
+    pipeline: PipelineConfig
+    writer: Workload
+    stopped: bool = False
+
+    def stop(self) -> None:
+        """Stop the workload and the driver, and remove the connector and its slot (once)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.writer.stop.set()
+        process.stop(runner.pid_file(self.jobs, driver.SERVICE))
+        registration.delete(self.stack, self.pipeline, drop_slot=True)
+
+
+RUNNING = pytest.StashKey[RunningPipeline]()
+
+
 @pytest.fixture(scope="session")
 def spark(stack):
+    """One Spark session for every module's verify (a JVM start per module costs about a minute)."""
     session = build_session("tideline-apply-test", jars.bundle_dir(stack, "spark"))
     yield session
     session.stop()
 
 
 @pytest.fixture(scope="session")
-def run(stack: StackSettings, tmp_path_factory: pytest.TempPathFactory):
+def run(request, stack: StackSettings, tmp_path_factory):
     """Seed data, register the connector, start the driver, run the workload for a minute."""
     migrations.upgrade(stack)
     base = unique_pipeline(load(stack.pipeline_file), "apply")
@@ -38,7 +64,8 @@ def run(stack: StackSettings, tmp_path_factory: pytest.TempPathFactory):
         name: views.model_copy(update={"search": views.search.model_copy(update={"index": f"{suffix}_{name}"})})
         for name, views in base.tables.items()
     }
-    pipeline = base.model_copy(update={"tables": tables})
+    nested = {f"{suffix}_{name}_nested": view for name, view in base.nested.items()}
+    pipeline = base.model_copy(update={"tables": tables, "nested": nested})
     state = tmp_path_factory.mktemp("apply")
     write_pipeline(pipeline, state / "pipeline.yaml")
     jobs = stack.model_copy(
@@ -58,7 +85,18 @@ def run(stack: StackSettings, tmp_path_factory: pytest.TempPathFactory):
     writer = Workload(stack, seed=12, duration_s=WORKLOAD_SECONDS)
     writer.start()
     wait_until(lambda: writer.done >= 100 or writer.error, 60, "the workload to get going")
+    running = request.session.stash[RUNNING] = RunningPipeline(stack, jobs, pipeline, writer)
     yield jobs, pipeline, writer
-    writer.stop.set()
-    process.stop(runner.pid_file(jobs, driver.SERVICE))
-    registration.delete(stack, pipeline, drop_slot=True)
+    running.stop()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the shared pipeline after the last test that uses it, not at the end of the session."""
+    running = item.session.stash.get(RUNNING, None)
+    if running is None or running.stopped:
+        return
+    later = item.session.items[item.session.items.index(item) + 1:]
+    if not any("run" in getattr(test, "fixturenames", ()) for test in later):
+        running.stop()
+
+

@@ -1,8 +1,4 @@
-"""What the end-to-end tests share: the demo workload as a thread, and waiting for the views to converge.
-
-The jobs run itself (`run`) and the Spark session are fixtures in conftest.py, shared by every
-e2e module so the driver, its connector and its snapshot are paid for once per session.
-"""
+"""Helpers shared by the end-to-end modules: the paced demo workload and the `tide` command line."""
 
 from __future__ import annotations
 
@@ -10,7 +6,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,21 +14,23 @@ import psycopg
 import yaml
 
 from services.demo import workload
-from services.jobs import driver, lag
 from services.settings import StackSettings
+from services.jobs import driver, lag
 from services.stack import postgres, process, runner
 from services.verify import verify
 from spark_jobs.config import PipelineConfig
+from spark_jobs.settings import SINKS
+from tests import tide_cli
+from tests.tide_cli import TIDE  # noqa: F401 - re-exported for the e2e modules
 from tests.conftest import TEST_STACK
 from tests.waiting import wait_until
 
 WORKLOAD_SECONDS = 60
+REDIS_DB = 3  # the apply jobs' Redis database on the shared test stack
 # The issue asks for convergence within 60 s of the writer stopping; on this 2-core machine the
 # warehouse (Delta MERGE, 56-128 s per large batch measured) takes longer: see docs/apply.md.
 # The deadline asserts convergence, not the 60 s target.
 CONVERGE_S = 420
-REDIS_DB = 3
-ES_DOWN_S = 60
 
 
 class Workload(threading.Thread):
@@ -76,12 +73,32 @@ def write_pipeline(pipeline: PipelineConfig, path: Path) -> None:
     path.write_text(yaml.safe_dump(pipeline.model_dump(by_alias=True, mode="json")))
 
 
+
+
+# The settings that point the `tide` command line at the tests' pipeline and stack.
+E2E_FIELDS = (*TEST_STACK, "pipeline_file", "job_redis_db", "job_trigger_interval")
+
+
+def tide_env(jobs: StackSettings) -> dict[str, str]:
+    return tide_cli.tide_env(jobs, E2E_FIELDS)
+
+
+def tide(jobs: StackSettings, *args: str) -> str:
+    """Run the `tide` command line against the tests' pipeline; its output, or fail with it."""
+    return tide_cli.run_tide(jobs, *args, fields=E2E_FIELDS)
+
+
+def tide_result(jobs: StackSettings, *args: str) -> subprocess.CompletedProcess:
+    """Run `tide ARGS` against the tests' pipeline; whatever it returns, failing or not."""
+    return tide_cli.tide_result(jobs, *args, fields=E2E_FIELDS)
+
+
 def clean(settings: StackSettings, pipeline: PipelineConfig, spark, tables=None) -> bool:
     return not verify(settings, pipeline=pipeline, spark=spark, tables=tables)
 
 
-def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float) -> None:
-    """Wait until every sink's query has committed past the end of its topics as of now.
+def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float, sinks=SINKS) -> None:
+    """Wait until each of `sinks`' queries has committed past the end of its topics as of now.
 
     Cheap (checkpoint files and Kafka end offsets), so the pipeline is not slowed by the test."""
     topics = [pipeline.topic(table) for table in pipeline.tables]
@@ -90,42 +107,28 @@ def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float) -> 
     def behind() -> dict[str, int]:
         return {
             sink: lag.records_behind(lag.committed_offsets(jobs.state_dir / "checkpoints" / sink), ends)
-            for sink in ("search", "cache", "warehouse")
+            for sink in sinks
         }
 
     try:
         wait_until(lambda: not any(behind().values()), timeout, "every sink's query past the end of its topics")
     except AssertionError as exc:
         now = lag.end_offsets(jobs, topics)
-        committed = {sink: lag.committed_offsets(jobs.state_dir / "checkpoints" / sink) for sink in ("search", "cache", "warehouse")}
+        committed = {sink: lag.committed_offsets(jobs.state_dir / "checkpoints" / sink) for sink in sinks}
         raise AssertionError(f"{exc}; behind: {behind()}; ends then {ends}, now {now}; committed {committed}") from None
 
 
-def converged(settings, pipeline, spark, timeout=None, tables=None) -> None:
-    """Caught up with the topics, then verify clean (PostgreSQL as the oracle)."""
-    caught_up(settings, pipeline, timeout or CONVERGE_S)
+def converged(settings, pipeline, spark, timeout=None, tables=None, sinks=SINKS) -> None:
+    """Caught up with the topics, then verify clean (PostgreSQL as the oracle). `spark` may be None
+    when the warehouse is not among `sinks`."""
+    caught_up(settings, pipeline, timeout or CONVERGE_S, sinks)
     last: list = []
 
-    def verified() -> bool:
-        last[:] = verify(settings, pipeline=pipeline, spark=spark, tables=tables)
+    def clean() -> bool:
+        last[:] = verify(settings, pipeline=pipeline, spark=spark, tables=tables, sinks=sinks)
         return not last
 
     try:
-        wait_until(verified, 60, "every view to equal PostgreSQL (tide verify clean)", interval=5)
+        wait_until(clean, 60, "every view to equal PostgreSQL (tide verify clean)", interval=5)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; divergences: {last[:10]}") from None
-
-
-def tide(jobs: StackSettings, *args: str) -> str:
-    """Run the `tide` command line against the run's pipeline; its output, or fail with it."""
-    result = tide_result(jobs, *args)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def tide_result(jobs: StackSettings, *args: str) -> subprocess.CompletedProcess:
-    """Run the `tide` command line against `jobs`' settings (state folder, pipeline file); whatever it returns."""
-    overrides = [*TEST_STACK, "state_dir", "pipeline_file", "job_redis_db", "job_trigger_interval"]
-    env = {**os.environ, "COLUMNS": "200", **{f"TIDE_{name.upper()}": str(getattr(jobs, name)) for name in overrides}}
-    return subprocess.run([sys.executable, "-m", "services.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=900)

@@ -1,7 +1,7 @@
 """The apply jobs end to end: PostgreSQL → Debezium → Kafka → Spark driver → Elasticsearch, Redis, Delta.
 
 A real driver process (`python -m spark_jobs`, started the way `tide jobs start`
-starts it) applies a connector of the e2e session's own (`run` in conftest.py: own slot,
+starts it; the `run` fixture in conftest.py) applies a connector of the tests' own (own slot,
 topics, index names, Redis database, warehouse and checkpoints), while a seeded workload
 writes to every demo table. `tide verify` (PostgreSQL as the oracle) decides.
 """
@@ -27,10 +27,12 @@ from spark_jobs.config import PipelineConfig
 from spark_jobs.merge import doc_id
 from spark_jobs.settings import SINKS
 from tests.capture_support import read_topic
-from tests.e2e.support import CONVERGE_S, ES_DOWN_S, REDIS_DB, Workload, clean, converged, kill_9_driver, tide
+from tests.e2e.support import CONVERGE_S, REDIS_DB, Workload, caught_up, clean, converged, kill_9_driver, tide
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
+
+ES_DOWN_S = 60
 
 
 def _redis_versions(settings: StackSettings, table: str, count: int = 50) -> dict[bytes, tuple[int, int]]:
@@ -201,6 +203,7 @@ def test_stopping_elasticsearch_leaves_redis_and_delta_fresh_and_search_catches_
 def _alias_targets(settings: StackSettings, pipeline: PipelineConfig) -> dict[str, list[str]]:
     url = f"http://{settings.host}:{settings.elasticsearch_port}"
     aliases = [views.search.index for views in pipeline.tables.values() if views.search is not None]
+    aliases += list(pipeline.nested)
     return {alias: sorted(httpx.get(f"{url}/_alias/{alias}").raise_for_status().json()) for alias in aliases}
 
 
@@ -214,3 +217,39 @@ def test_tide_rebuild_search_moves_every_alias_to_a_new_complete_index(run, spar
         assert len(indices) == 1 and indices != before[alias], f"{alias} still points at {before[alias]}"
         assert indices[0].startswith(f"{alias}-v")
     converged(jobs, pipeline, spark)  # verify reads through the aliases: the new indices are complete
+
+
+def _indexed(settings: StackSettings, alias: str) -> int:
+    """Documents Elasticsearch indexed behind `alias` so far (its indexing stats: writes, not no-ops)."""
+    url = f"http://{settings.host}:{settings.elasticsearch_port}"
+    stats = httpx.get(f"{url}/{alias}/_stats/indexing").raise_for_status().json()["indices"]
+    return sum(index["primaries"]["indexing"]["index_total"] for index in stats.values())
+
+
+def _count(settings: StackSettings, alias: str, query: dict) -> int:
+    url = f"http://{settings.host}:{settings.elasticsearch_port}"
+    httpx.post(f"{url}/{alias}/_refresh").raise_for_status()
+    return httpx.post(f"{url}/{alias}/_count", json={"query": query}).raise_for_status().json()["count"]
+
+
+def test_renaming_a_customer_with_1000_orders_rewrites_exactly_those_1000_documents(run, spark, stack):
+    jobs, pipeline, writer = run
+    writer.finish()
+    view = next(iter(pipeline.nested))
+    name = f"buyer-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
+        (customer,) = conn.execute("INSERT INTO customers (email, name, country) VALUES (%s, %s, 'NL') RETURNING id",
+                                   (f"{name}@example.com", name)).fetchone()
+        conn.execute("INSERT INTO orders (customer_id, status, total) "
+                     "SELECT %s, 'pending', 1.00 FROM generate_series(1, 1000)", (customer,))
+    mine = {"term": {"customer.id": customer}}
+    wait_until(lambda: _count(jobs, view, mine) == 1000, CONVERGE_S, "the customer's 1000 orders in the nested view")
+    caught_up(jobs, pipeline, CONVERGE_S)
+    before = _indexed(jobs, view)
+    with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
+        conn.execute("UPDATE customers SET name = %s WHERE id = %s", (f"{name}-renamed", customer))
+    renamed = {"match_phrase": {"customer.name": f"{name}-renamed"}}
+    wait_until(lambda: _count(jobs, view, renamed) == 1000, CONVERGE_S, "the rename in all 1000 documents")
+    caught_up(jobs, pipeline, CONVERGE_S)
+    assert _indexed(jobs, view) - before == 1000
+    converged(jobs, pipeline, spark, tables=["orders"])

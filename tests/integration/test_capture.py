@@ -26,6 +26,7 @@ from services.connector.connect_api import ConnectApi, ConnectError
 from services.settings import StackSettings
 from services.stack import kafka, postgres, process, runner
 from services.stack.service import StackError
+from services.verify import readers
 from spark_jobs.changes import UNAVAILABLE
 from spark_jobs.config import PipelineConfig, load
 from tests.capture_support import changes, fold, key_of, read_topic, unique_pipeline
@@ -386,3 +387,66 @@ def test_delete_with_drop_slot_then_apply_starts_over_with_a_snapshot(capture):
     assert not _registered(settings, pipeline.source.connector)
     registration.apply(settings, pipeline)
     wait_until(lambda: snapshot_reads() >= before + len(capture.seed_keys), 60, "a second snapshot of the seed rows")
+
+
+# --- columns kept out of Kafka (exclude_columns) -------------------------------------------------
+
+
+def _customers_only(stack: StackSettings, **views) -> PipelineConfig:
+    base = unique_pipeline(load(stack.pipeline_file), "pii")
+    table = base.tables["customers"].model_copy(update=views)
+    return base.model_copy(update={"tables": {"customers": table}})
+
+
+def test_excluded_columns_never_reach_kafka_and_verify_leaves_them_out(stack):
+    migrations.upgrade(stack)
+    pipeline = _customers_only(stack, exclude_columns=["email", "country"])
+    marker = f"pii{uuid.uuid4().hex[:8]}"
+    registration.apply(stack, pipeline)
+    try:
+        with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
+            key = conn.execute(
+                "INSERT INTO customers (email, name, country) VALUES (%s, %s, 'SE') RETURNING id",
+                (f"{marker}@private.test", marker),
+            ).fetchone()[0]
+        topic = pipeline.topic("customers")
+        wait_until(lambda: fold(changes(stack, topic)).get((("id", key),)), 60, "the new customer in the topic")
+        rows = [change.after for _, change in changes(stack, topic) if change is not None and change.after]
+        assert rows and all("email" not in row and "country" not in row for row in rows)
+        assert fold(changes(stack, topic))[(("id", key),)]["name"] == marker
+        with readers.connect_source(postgres.conninfo(stack)) as conn:
+            shape, _ = readers.source_shape(conn, "public", "customers", pipeline.tables["customers"].exclude_columns)
+        assert "email" not in shape.column_names and "name" in shape.column_names
+    finally:
+        registration.delete(stack, pipeline, drop_slot=True)
+
+
+@pytest.mark.parametrize(
+    ("excluded", "problem"),
+    [(["id"], r"customers\.id, part of the primary key"), (["no_such"], r"customers\.no_such, which does not exist")],
+)
+def test_excluding_a_key_or_unknown_column_is_refused_and_registers_nothing(stack, excluded, problem):
+    pipeline = _customers_only(stack, exclude_columns=excluded)
+    with pytest.raises(StackError, match=problem):
+        registration.apply(stack, pipeline)
+    assert not _registered(stack, pipeline.source.connector)
+
+
+def test_change_topics_are_created_compacted_before_any_record_and_only_once(stack):
+    """A Spark query subscribed to a topic Debezium has not created yet (an empty table) would stop."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    pipeline = unique_pipeline(load(stack.pipeline_file), "topics")
+    topics = [pipeline.topic(table) for table in pipeline.tables]
+    assert registration.create_change_topics(stack, pipeline) == topics
+    assert registration.create_change_topics(stack, pipeline) == []
+    admin = KafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
+    try:
+        partitions = {t["name"] if "name" in t else t["topic"]: len(t["partitions"]) for t in admin.describe_topics(topics)}
+        assert partitions == dict.fromkeys(topics, pipeline.source.partitions)
+        configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics])
+        policies = {name: str(values.get("cleanup.policy")) for name, values in next(iter(configs.values())).items()}
+        assert all("compact" in policy for policy in policies.values()) and set(policies) == set(topics), policies
+    finally:
+        admin.delete_topics(topics)
+        admin.close()

@@ -26,7 +26,7 @@ from tests.conftest import stack_ports
 
 DEMO_TABLES = {"customers", "products", "orders", "order_items"}
 SUPPORT_TABLES = {"debezium_signal", "tideline_heartbeat"}
-PORTS = stack_ports(4)
+PORTS = stack_ports(2, shift=20)
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +249,7 @@ def test_cli_names_rejected_credentials_in_one_line(pg: StackSettings, monkeypat
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: PostgreSQL at 127.0.0.1:45432 refused the connection:")
+    assert lines[0].startswith(f"error: PostgreSQL at 127.0.0.1:{pg.postgres_port} refused the connection:")
     assert "TIDE_POSTGRES_PASSWORD" in lines[0]
 
 

@@ -53,7 +53,7 @@ def unique_pipeline() -> PipelineConfig:
         })
         for name, table in base.tables.items()
     }
-    return base.model_copy(update={"tables": tables})
+    return base.model_copy(update={"tables": tables, "nested": {}})  # nested views: test_nested_views.py
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import threading
 import uuid
 from dataclasses import replace
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,12 @@ from redis.connection import AbstractConnection
 
 from services.settings import StackSettings
 from spark_jobs import config
+from spark_jobs.aggregates import AggregateConfigError
 from spark_jobs.changes import Change, decode
 from spark_jobs.config import CacheView, PipelineConfig, SearchView, TableConfig
+from spark_jobs.merge import newest_per_row
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.redis import APPLY, RedisSink, _Script, decode_row
+from spark_jobs.sinks.redis import RedisSink, _Script, decode_row
 
 pytestmark = pytest.mark.stack
 
@@ -286,7 +289,7 @@ def test_concurrent_writers_of_the_same_keys_end_at_the_max_version(url, client,
 
 def test_scripts_the_server_lost_are_reloaded(sink, client, prefix):
     # A script the server has never seen stands in for a flushed cache (SCRIPT FLUSH would hit other users).
-    fresh = _Script(f"-- {uuid.uuid4()}\n{APPLY.source}")
+    fresh = _Script(f"-- {uuid.uuid4()}\n{sink.apply_script.source}")
     assert client.script_exists(fresh.sha) == [False]
     calls = [sink._apply_call(change((5, 0)))]
     with redis.Redis.from_url(sink.url) as conn:
@@ -298,10 +301,133 @@ def test_scripts_the_server_lost_are_reloaded(sink, client, prefix):
 def test_setup_is_idempotent(sink, client):
     sink.setup(PIPELINE)
     sink.setup(PIPELINE)
-    assert all(client.script_exists(APPLY.sha))
+    assert all(client.script_exists(sink.apply_script.sha, sink.prune_script.sha))
 
 
 def test_connection_errors_raise_so_the_batch_is_retried(prefix):
     sink = RedisSink("redis://127.0.0.1:1/0", PIPELINE, key_prefix=prefix)
     with pytest.raises(redis.ConnectionError):
         sink.write([change((5, 0))])
+
+
+# ---- aggregates (pipeline.yaml's cache_aggregates: customer_stats, top_products) -----------------------
+
+
+def order(seq, key, customer=1, status="pending", total="10.00", op="u"):
+    after = {"id": key, "customer_id": customer, "status": status, "total": Decimal(total)}
+    return change(seq, op, "orders", key, None if op == "d" else after)
+
+
+def item(seq, order_id, line_no, product=1, quantity=1, op="u"):
+    key = {"order_id": order_id, "line_no": line_no}
+    after = {**key, "product_id": product, "quantity": quantity, "unit_price": Decimal("1.00")}
+    return change(seq, op, "order_items", key, None if op == "d" else after)
+
+
+def figures(client: redis.Redis, prefix: str) -> tuple[dict, dict]:
+    """(customer -> (order_count, paid_total text), product -> units sold) as Redis holds them."""
+    stats = {}
+    for key in client.scan_iter(match=f"{prefix}customer:*:stats"):
+        count, paid = client.hmget(key, "order_count", "paid_total")
+        stats[int(key.decode()[len(prefix) :].split(":")[1])] = (int(count), paid.decode())
+    ranked = client.zrange(f"{prefix}top_products:units_sold", 0, -1, withscores=True)
+    return stats, {int(member): score for member, score in ranked}
+
+
+def group_by(changes: list[Change]) -> tuple[dict, dict]:
+    """The definition in docs/sinks/redis.md, over the newest change per row (what PostgreSQL holds)."""
+    newest: dict = {}
+    for c in sorted(changes, key=lambda c: c.sequence):
+        newest[(c.table, json.dumps(c.key, sort_keys=True))] = c.after
+    orders = {key: row for (table, key), row in newest.items() if table == "orders" and row}
+    items = [row for (table, _), row in newest.items() if table == "order_items" and row]
+    stats: dict = {}
+    for row in orders.values():
+        count, paid = stats.get(row["customer_id"], (0, Decimal("0.00")))
+        stats[row["customer_id"]] = (count + 1, paid + (row["total"] if row["status"] in ("paid", "shipped") else 0))
+    units: dict = {}
+    for row in items:
+        parent = orders.get(json.dumps({"id": row["order_id"]}))
+        if parent and parent["status"] != "cancelled":
+            units[row["product_id"]] = units.get(row["product_id"], 0) + row["quantity"]
+    return {c: (n, f"{paid:.2f}") for c, (n, paid) in stats.items()}, {p: n for p, n in units.items() if n}
+
+
+def history(rnd: random.Random, steps: int) -> list[Change]:
+    """Random commits to 4 orders and their items: status moves, customer and product changes,
+    quantity edits, an item moved to another order, deletes and re-inserts, in version order."""
+    changes = []
+    for step in range(1, steps + 1):
+        seq = (step, 0)
+        if rnd.random() < 0.4:
+            changes.append(order(seq, rnd.randint(1, 4), customer=rnd.randint(1, 3), op=rnd.choice("cuud"),
+                                 status=rnd.choice(["pending", "paid", "shipped", "cancelled"]),
+                                 total=f"{rnd.randint(0, 9999) / 100:.2f}"))
+        else:
+            changes.append(item(seq, rnd.randint(1, 4), rnd.randint(1, 3), product=rnd.randint(1, 3),
+                                quantity=rnd.randint(1, 9), op=rnd.choice("cuud")))
+    return changes
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_aggregates_equal_group_by_whatever_the_order_and_however_often_changes_arrive(sink, client, prefix, seed):
+    rnd = random.Random(seed)
+    changes = history(rnd, 120)
+    # Out of order across and within tables, every change delivered twice, in uneven batches:
+    # what Kafka partitions, retried batches and a replay from offset zero can do.
+    delivered = changes + rnd.sample(changes, len(changes))
+    rnd.shuffle(delivered)
+    while delivered:
+        size = rnd.randint(1, 30)
+        batch, delivered = delivered[:size], delivered[size:]
+        assert sink.write(newest_per_row(batch)) == []
+    assert figures(client, prefix) == group_by(changes)
+
+
+def test_an_order_status_change_moves_all_its_items_and_a_replay_moves_nothing(sink, client, prefix):
+    # Items arrive before their order: they count once the order is known, not before.
+    sink.write([item((1, 1), 7, 1, product=3, quantity=2), item((1, 2), 7, 2, product=4, quantity=5)])
+    assert figures(client, prefix) == ({}, {})
+    sink.write([order((1, 3), 7, customer=9, status="pending", total="12.50")])
+    assert figures(client, prefix) == ({9: (1, "0.00")}, {3: 2, 4: 5})
+    paid = order((2, 0), 7, customer=9, status="paid", total="12.50")
+    sink.write([paid])
+    sink.write([paid])  # a replay
+    assert figures(client, prefix) == ({9: (1, "12.50")}, {3: 2, 4: 5})
+    sink.write([order((3, 0), 7, customer=9, status="cancelled", total="12.50")])
+    assert figures(client, prefix) == ({9: (1, "0.00")}, {})
+    sink.write([order((2, 5), 7, customer=9, status="paid", total="12.50")])  # late and older: ignored
+    sink.write([order((4, 0), 7, op="d")])
+    assert figures(client, prefix) == ({}, {})
+
+
+def test_truncates_take_their_rows_out_of_the_aggregates(url, client, prefix):
+    sink = RedisSink(url, PIPELINE, key_prefix=prefix, scan_count=5)
+    sink.setup(PIPELINE)
+    sink.write([order((1, i), i, customer=i % 2, status="paid", total="1.10") for i in range(1, 9)])
+    sink.write([item((2, i), i, 1, product=i % 3, quantity=i) for i in range(1, 9)])
+    assert sink.write([change((3, 0), table="order_items", op="t")]) == []
+    assert figures(client, prefix) == ({0: (4, "4.40"), 1: (4, "4.40")}, {})
+    sink.write([item((4, 0), 1, 1, product=5, quantity=3)])  # after the truncate
+    assert figures(client, prefix)[1] == {5: 3}
+    assert sink.write([change((5, 0), table="orders", op="t")]) == []
+    assert figures(client, prefix) == ({}, {}), "an item whose order is gone counts nothing (inner join)"
+
+
+def test_a_value_the_aggregates_cannot_read_rejects_the_change_and_writes_nothing(sink, client, prefix):
+    sink.write([order((1, 0), 1, status="paid", total="5.00")])
+    before = {key: client.dump(key) for key in client.scan_iter(match=f"{prefix}*")}
+    rejected = sink.write([order((2, 0), 1, status="paid", total="5.001")])
+    assert len(rejected) == 1 and '"5.001" has more than 2 decimal places' in rejected[0].reason
+    assert {key: client.dump(key) for key in client.scan_iter(match=f"{prefix}*")} == before
+
+
+def test_setup_refuses_a_cache_built_before_or_with_other_aggregates(url, client, prefix):
+    plain = PipelineConfig(tables=PIPELINE.tables)  # the same tables, no aggregates
+    RedisSink(url, plain, key_prefix=prefix).write([order((1, 0), 1)])
+    with pytest.raises(AggregateConfigError, match="built before its cache_aggregates were declared"):
+        RedisSink(url, PIPELINE, key_prefix=prefix).setup(PIPELINE)
+    client.delete(f"{prefix}orders:1")
+    RedisSink(url, plain, key_prefix=prefix).setup(plain)  # an empty cache takes a declaration
+    with pytest.raises(AggregateConfigError, match="another cache_aggregates declaration"):
+        RedisSink(url, PIPELINE, key_prefix=prefix).setup(PIPELINE)

@@ -24,7 +24,7 @@ SERVICES = ["postgres", "redis"]
 def mini_settings(tmp_path_factory) -> StackSettings:
     settings = StackSettings(
         state_dir=tmp_path_factory.mktemp("mini-stack"),
-        **stack_ports(3),
+        **stack_ports(1, shift=20),
     )
     yield settings
     runner.down(settings, SERVICES)
@@ -72,6 +72,6 @@ def test_a_taken_port_is_named_with_its_setting_and_nothing_starts(mini_settings
     with socket.socket() as squatter:
         squatter.bind((mini_settings.host, mini_settings.redis_port))
         squatter.listen()
-        with pytest.raises(StackError, match=r"port 36379 for redis is already in use .* set TIDE_REDIS_PORT"):
+        with pytest.raises(StackError, match=rf"port {mini_settings.redis_port} for redis is already in use .* set TIDE_REDIS_PORT"):
             runner.up(mini_settings, SERVICES)
     assert _pids(mini_settings) == {}

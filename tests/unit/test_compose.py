@@ -29,12 +29,12 @@ ENV_EXAMPLE = PROJECT_ROOT / ".env.example"
 DOCKER_DIR = PROJECT_ROOT / "docker"
 
 PIPELINE_SERVICES = {
-    "postgres", "migrate", "kafka", "connect", "register-connector", "elasticsearch", "redis", "jobs",
+    "postgres", "migrate", "kafka", "connect", "register-connector", "elasticsearch", "redis", "jobs", "api",
 }
 OPTIONAL_TOOLS = {"kafka-ui", "kibana"}
 ONE_SHOTS = {"migrate", "register-connector"}
 # Services a user reaches from the host; everything else stays on the compose network.
-PUBLISHED = {"postgres", "kafka", "elasticsearch", "redis", "kafka-ui", "kibana"}
+PUBLISHED = {"postgres", "kafka", "elasticsearch", "redis", "api", "kafka-ui", "kibana"}
 
 # Third-party images and the pin each tag must equal.
 PINNED_IMAGES = {
@@ -362,15 +362,35 @@ def test_register_connector_reaches_postgres_and_connect_and_names_postgres_as_c
     assert int(register["TIDE_CONNECT_PORT"]) == int(_env(services["connect"])["CONNECT_REST_PORT"])
 
 
-def test_jobs_status_in_the_container_reads_what_the_driver_writes():
+def _jobs_container_settings() -> tuple[StackSettings, JobSettings]:
     env = {key: _resolve_defaults(value) for key, value in _env(_services()["jobs"]).items()}
     stack, job = _settings_fields(env)
-    settings = StackSettings(_env_file=None, **stack)
-    jobs = JobSettings(**job)
+    return StackSettings(_env_file=None, **stack), JobSettings(**job)
+
+
+def test_jobs_status_in_the_container_reads_what_the_driver_writes():
+    settings, jobs = _jobs_container_settings()
     assert jobs.status_file == driver.status_file(settings)
     assert jobs.checkpoint_dir == settings.state_dir / "checkpoints"  # where `tide jobs status` reads lag
     assert jobs.kafka_bootstrap == settings.kafka_bootstrap
     assert jobs.pipeline_file == settings.pipeline_file
+
+
+def test_api_reads_the_stores_checkpoints_and_status_file_the_jobs_write():
+    services = _services()
+    env = {key: _resolve_defaults(value) for key, value in _env(services["api"]).items()}
+    stack, _ = _settings_fields(env)
+    api = driver.job_settings(StackSettings(_env_file=None, **stack))
+    _, jobs = _jobs_container_settings()
+    fields = ("elasticsearch_url", "redis_url", "warehouse_dir", "checkpoint_dir", "status_file", "kafka_bootstrap", "jars_dir")
+    for field in fields:
+        assert getattr(api, field) == getattr(jobs, field), field
+    # ... and those paths are the jobs' own named volumes, mounted read-only (the API never writes a view).
+    jobs_mounts = {v.split(":")[1]: v.split(":")[0] for v in services["jobs"]["volumes"]}
+    api_mounts = {v.split(":")[1]: v.split(":") for v in services["api"]["volumes"]}
+    for path in (api.warehouse_dir, api.checkpoint_dir, api.status_file.parent):
+        source, _, mode = api_mounts[str(path)]
+        assert source == jobs_mounts[str(path)] and mode == "ro", path
 
 
 # --- the connector and the images ---------------------------------------------------------------

@@ -44,3 +44,11 @@ def test_the_connector_reaches_postgres_at_its_own_host_else_postgres_host():
     both = StackSettings(postgres_host="db", connector_database_host="db-from-connect")
     assert render_config(both, pipeline)["database.hostname"] == "db-from-connect"
     assert render_config(StackSettings(postgres_host="db"), pipeline)["database.hostname"] == "db"
+
+
+def test_excluded_columns_become_debeziums_column_exclude_list():
+    pipeline = load()
+    assert "column.exclude.list" not in render_config(StackSettings(), pipeline)
+    tables = {**pipeline.tables, "customers": pipeline.tables["customers"].model_copy(update={"exclude_columns": ["email"]})}
+    config = render_config(StackSettings(), pipeline.model_copy(update={"tables": tables}))
+    assert config["column.exclude.list"] == r"public\.customers\.email"

@@ -1,0 +1,1 @@
+"""Benchmarks: `tide bench` (docs/benchmarks.md)."""

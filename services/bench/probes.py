@@ -1,0 +1,163 @@
+"""End-to-end freshness, measured from outside: marker rows committed at known times, read back from each sink.
+
+A writer commits one new `customers` row (the marker) every interval and notes the
+wall-clock time its COMMIT returned. One reader per sink polls that sink, the way
+a user of the view would read it, for the markers not seen yet; a marker's delay
+is the time of the first poll that finds it minus its commit time. The delay is
+therefore an upper bound by at most one poll interval (recorded in the result).
+Search counts a marker once a search finds it (after an index refresh), not a
+realtime GET.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import redis
+from deltalake import DeltaTable, QueryBuilder
+from elasticsearch import Elasticsearch
+
+from services.demo.workload import PROBE_DOMAIN
+from services.jobs.driver import job_settings
+from services.settings import StackSettings
+from spark_jobs.config import PipelineConfig
+from spark_jobs.settings import SinkName
+from spark_jobs.sinks.redis import row_key
+
+TABLE = "customers"
+# Delta is read by opening the table log each time: polled less often, so the probe does not load
+# the machine it measures (its delays are tens of seconds anyway).
+POLL_S: dict[SinkName, float] = {"search": 0.25, "cache": 0.25, "warehouse": 2.0}
+
+Finder = Callable[[list[int]], set[int]]
+
+
+def sink_finders(settings: StackSettings, pipeline: PipelineConfig) -> dict[SinkName, Finder]:
+    """For each sink, a function from marker ids to the ones readable in that sink now."""
+    jobs = job_settings(settings)
+    search = pipeline.tables[TABLE].search
+    alias = (search.index if search else None) or TABLE
+    es = Elasticsearch(jobs.elasticsearch_url, request_timeout=10)
+    cache = redis.Redis.from_url(jobs.redis_url)
+    warehouse = str(jobs.warehouse_dir / TABLE)
+
+    def in_search(ids: list[int]) -> set[int]:
+        if not es.indices.exists_alias(name=alias) and not es.indices.exists(index=alias):
+            return set()
+        found = es.search(index=alias, query={"ids": {"values": [str(i) for i in ids]}}, source=False, size=len(ids))
+        return {int(hit["_id"]) for hit in found["hits"]["hits"]}
+
+    def in_cache(ids: list[int]) -> set[int]:
+        pipe = cache.pipeline(transaction=False)
+        for key in ids:
+            pipe.exists(row_key(TABLE, str(key)))
+        return {key for key, exists in zip(ids, pipe.execute()) if exists}
+
+    def in_warehouse(ids: list[int]) -> set[int]:
+        try:
+            table = DeltaTable(warehouse)
+        except Exception:  # noqa: BLE001 - no table yet: nothing readable
+            return set()
+        listed = ",".join(str(int(i)) for i in ids)
+        rows = QueryBuilder().register("t", table).execute(f"SELECT id FROM t WHERE id IN ({listed})").read_all()
+        return set(rows.column("id").to_pylist())
+
+    return {"search": in_search, "cache": in_cache, "warehouse": in_warehouse}
+
+
+@dataclass
+class Marker:
+    id: int
+    committed_at: float  # seconds on the bench's clock
+    seen_at: dict[str, float] = field(default_factory=dict)
+
+
+class FreshnessProbe:
+    """Commits markers every `interval_s` and records when each sink first shows each of them."""
+
+    def __init__(self, conninfo: str, finders: dict[SinkName, Finder], clock: Callable[[], float],
+                 interval_s: float = 0.5) -> None:
+        self.conninfo, self.finders, self.clock, self.interval_s = conninfo, finders, clock, interval_s
+        self.markers: dict[int, Marker] = {}
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._writing = threading.Event()
+        self._stop = threading.Event()
+        self._run = uuid.uuid4().hex[:8]
+        self._threads = [threading.Thread(target=self._write, daemon=True, name="marker-writer")] + [
+            threading.Thread(target=self._read, args=(sink,), daemon=True, name=f"marker-{sink}") for sink in finders
+        ]
+
+    def start(self) -> None:
+        self._writing.set()
+        for thread in self._threads:
+            thread.start()
+
+    def stop_writing(self) -> None:
+        self._writing.clear()
+
+    def pending(self) -> dict[str, int]:
+        with self._lock:
+            return {sink: sum(1 for m in self.markers.values() if sink not in m.seen_at) for sink in self.finders}
+
+    def stop(self) -> None:
+        self._writing.clear()
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+    def _write(self) -> None:
+        import psycopg
+
+        sequence = 0
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            while not self._stop.wait(self.interval_s):
+                if not self._writing.is_set():
+                    continue
+                sequence += 1
+                key = conn.execute(
+                    "INSERT INTO customers (email, name, country) VALUES (%s, %s, 'GB') RETURNING id",
+                    (f"marker-{self._run}-{sequence}@{PROBE_DOMAIN}", f"Marker {sequence}"),
+                ).fetchone()[0]
+                committed = self.clock()  # autocommit: the INSERT has committed when execute returns
+                with self._lock:
+                    self.markers[key] = Marker(key, committed)
+
+    def _read(self, sink: SinkName) -> None:
+        finder = self.finders[sink]
+        while not self._stop.wait(POLL_S[sink]):
+            with self._lock:
+                waiting = [m.id for m in self.markers.values() if sink not in m.seen_at][:500]
+            if not waiting:
+                continue
+            try:
+                found = finder(waiting)
+            except Exception as exc:  # noqa: BLE001 - a sink briefly unreadable is a delay, not a crash
+                if len(self.errors) < 50:
+                    self.errors.append(f"{sink}: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            seen = self.clock()
+            with self._lock:
+                for key in found:
+                    self.markers[key].seen_at.setdefault(sink, seen)
+
+    def delays(self, since: float = 0.0, until: float = float("inf")) -> dict[str, list[list[float]]]:
+        """Per sink: [commit time, delay] of every marker committed in [since, until) that the sink showed."""
+        with self._lock:
+            markers = [m for m in self.markers.values() if since <= m.committed_at < until]
+        return {
+            sink: [[round(m.committed_at, 3), round(m.seen_at[sink] - m.committed_at, 3)] for m in markers if sink in m.seen_at]
+            for sink in self.finders
+        }
+
+    def unseen(self, since: float = 0.0, until: float = float("inf")) -> dict[str, int]:
+        with self._lock:
+            markers = [m for m in self.markers.values() if since <= m.committed_at < until]
+        return {sink: sum(1 for m in markers if sink not in m.seen_at) for sink in self.finders}
+
+
+def delay_values(points: Iterable[list[float]]) -> list[float]:
+    return [delay for _, delay in points]

@@ -1,0 +1,146 @@
+"""`tide up` / `tide down`: the whole pipeline in order, each step waiting on the previous one's health.
+
+Steps: the service stack, migrations, (the demo data set), the Debezium connector, the Spark
+apply jobs, the query API. Each step is the same function the area's own command uses; this
+module only orders them. Interrupted, `up` stops exactly the processes it started itself.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+import psycopg
+
+from migrations import capture
+from services.api import server
+from services.connector import registration
+from services.db.cli import database_errors, first_line
+from services.demo import workload
+from services.jobs import driver
+from services.settings import StackSettings
+from services.stack import postgres, process, runner
+from services.stack.catalogue import CATALOGUE
+from services.stack.runner import Report
+from services.stack.service import Service, StackError
+
+# Every process `up` may start, in start order (`down` stops them last first).
+PROCESSES: list[Service] = [*CATALOGUE.values(), driver.SERVICE, server.SERVICE]
+
+# The demo data set is fixed: the same seed gives the same rows on every machine.
+DEMO_SEED = 20260101
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    # Does the step (reporting progress) and returns a short line saying what is now true.
+    run: Callable[[StackSettings, Report], str]
+
+
+def start_stack(settings: StackSettings, report: Report) -> str:
+    runner.up(settings, report=report)
+    return f"{', '.join(CATALOGUE)} healthy"
+
+
+def migrate(settings: StackSettings, report: Report) -> str:
+    import migrations  # here, not at import time: `tide down` need not load SQLAlchemy and Alembic
+
+    with database_errors(settings):
+        migrations.upgrade(settings)
+        return f"database {settings.postgres_db} at revision {migrations.current(settings)}"
+
+
+def load_demo(settings: StackSettings, report: Report) -> str:
+    """The small fixed demo data set, in one transaction, unless the source already has customers."""
+    try:
+        with psycopg.connect(postgres.conninfo(settings), autocommit=True) as conn:
+            if conn.execute("SELECT EXISTS (SELECT 1 FROM customers)").fetchone()[0]:
+                return "skipped: customers already has rows"
+            with conn.transaction():
+                workload.seed(conn, random.Random(DEMO_SEED))
+            counts = [
+                f"{conn.execute(f'SELECT count(*) FROM {table}').fetchone()[0]} {table}"
+                for table in ("customers", "products", "orders", "order_items")
+            ]
+    except psycopg.Error as exc:
+        raise StackError(f"the demo data set was not loaded (nothing of it was kept): {first_line(exc)}") from exc
+    return "loaded " + ", ".join(counts)
+
+
+def apply_connector(settings: StackSettings, report: Report) -> str:
+    pipeline = capture.load_pipeline(settings)
+    registration.apply(settings, pipeline)
+    return f"connector {pipeline.source.connector} running; tables {', '.join(pipeline.tables)}"
+
+
+def start_process(service: Service) -> Step:
+    """A step that starts one managed process (jobs driver, API) and waits for its health probe."""
+
+    def run(settings: StackSettings, report: Report) -> str:
+        runner.start_and_wait(settings, [service], report)
+        return service.probe(settings)
+
+    return Step(service.name, run)
+
+
+def steps(demo: bool) -> list[Step]:
+    return [
+        Step("stack", start_stack),
+        Step("migrations", migrate),
+        *([Step("demo data", load_demo)] if demo else []),
+        Step("connector", apply_connector),
+        start_process(driver.SERVICE),
+        start_process(server.SERVICE),
+    ]
+
+
+class Display(Protocol):
+    def begin(self, step: str) -> Report: ...
+
+    def done(self, step: str, detail: str) -> None: ...
+
+
+class Interrupted(Exception):
+    """`up` was interrupted (Ctrl-C); `stopped` names the processes it had started and then stopped."""
+
+    def __init__(self, stopped: list[str]) -> None:
+        super().__init__(", ".join(stopped))
+        self.stopped = stopped
+
+
+def running(settings: StackSettings, services: list[Service]) -> set[str]:
+    return {service.name for service in services if process.running(runner.pid_file(settings, service))}
+
+
+@contextmanager
+def _uninterruptible() -> Iterator[None]:
+    """A second Ctrl-C must not abandon the clean-up half way."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def up(settings: StackSettings, plan: list[Step], display: Display, processes: list[Service] = PROCESSES) -> None:
+    """Run each step in order. On Ctrl-C, stop what this call started (not what already ran) and raise
+    Interrupted. Any other failure leaves what runs running, to inspect (`tide stack status`, logs)."""
+    before = running(settings, processes)
+    try:
+        for step in plan:
+            report = display.begin(step.name)
+            display.done(step.name, step.run(settings, report))
+    except KeyboardInterrupt:
+        with _uninterruptible():
+            stopped = runner.stop(settings, [service for service in processes if service.name not in before])
+        raise Interrupted(stopped) from None
+
+
+def down(settings: StackSettings, report: Report, processes: list[Service] = PROCESSES) -> list[str]:
+    """Stop every process `up` starts, API and jobs first, then the stack. Data stays."""
+    return runner.stop(settings, processes, report)

@@ -1,0 +1,291 @@
+"""Nested views: search documents that join a root row with its parents and children.
+
+Declared in pipeline.yaml (`nested:`), built by the search sink on the driver after each
+micro-batch's flat writes, from the sink's own version-guarded flat indices (the join state).
+Why this stays correct for changes in any order across topics and batches: docs/sinks/elasticsearch.md,
+"Nested views".
+
+Every document lists in `tl_refs` each row it was built from, as `<table>:<row id>`, including a
+parent key whose row was not there. The roots a batch affects are those whose `tl_refs` name a
+changed row, plus those a changed row names itself (a root's own key, a child's join column in its
+new image); each is rebuilt whole from the flat state, and written only if it differs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from elasticsearch import Elasticsearch, helpers
+
+from spark_jobs.changes import Change
+from spark_jobs.config import ChildJoin, JoinNode, NestedView, node_table
+from spark_jobs.merge import doc_id
+from spark_jobs.sinks.elasticsearch import MAX_TRIES, ElasticsearchSinkError, Op, Stored, delete_op, write_op
+
+REFS = "tl_refs"
+Row = dict[str, Any]
+
+
+def ref(table: str, row_id: str) -> str:
+    return f"{table}:{row_id}"
+
+
+# ---- which documents a change affects (pure) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Touch:
+    """What one change means for one nested view: look up documents whose `tl_refs` hold `value`
+    (kind "ref") or start with it (kind "prefix", a truncate), or rebuild root `value` (kind "root")."""
+
+    view: str
+    kind: str
+    value: str
+
+
+def _join_value(row: Row | None, column: str) -> str | None:
+    value = (row or {}).get(column)
+    return None if value is None else doc_id({column: value})
+
+
+def touches(views: Mapping[str, NestedView], change: Change) -> list[Touch]:
+    """Every lookup that finds the documents `change` can affect. A changed row's own ref finds the
+    documents it is in (renames, deletes, children moved away); a child's join column in its new image
+    finds the row it now belongs to (new children); a root's key names its own document."""
+    found: list[Touch] = []
+    for name, view in views.items():
+        for node, parent in _nodes_with_parent(view):
+            table = node_table(node)
+            if table != change.table:
+                continue
+            if change.op == "t":
+                found.append(Touch(name, "prefix", ref(table, "")))
+                continue
+            row_id = doc_id(change.key)
+            found.append(Touch(name, "ref", ref(table, row_id)))
+            if isinstance(node, NestedView):
+                found.append(Touch(name, "root", row_id))
+            elif isinstance(node, ChildJoin) and parent is not None:
+                owner = _join_value(change.after, node.join_column)
+                if owner is not None:
+                    found.append(Touch(name, "ref", ref(node_table(parent), owner)))
+                    if isinstance(parent, NestedView):
+                        found.append(Touch(name, "root", owner))
+    return list(dict.fromkeys(found))
+
+
+def _nodes_with_parent(view: NestedView) -> list[tuple[JoinNode, JoinNode | None]]:
+    pairs: list[tuple[JoinNode, JoinNode | None]] = []
+
+    def walk(node: JoinNode, parent: JoinNode | None) -> None:
+        pairs.append((node, parent))
+        for join in [*node.parents.values(), *getattr(node, "children", {}).values()]:
+            walk(join, node)
+
+    walk(view, None)
+    return pairs
+
+
+# ---- building documents from the flat state (pure, given a reader) -------------------------------
+
+
+class FlatState(Protocol):
+    """Reads the join state: the flat search indices, by table."""
+
+    def rows(self, table: str, row_ids: list[str]) -> dict[str, Row]:
+        """The rows that exist among `row_ids` (absent ids are left out)."""
+
+    def referring(self, table: str, column: str, values: list[str]) -> dict[str, Row]:
+        """Every row of `table` whose `column` is one of `values`, by row id."""
+
+
+def sort_key(row_id: str) -> tuple:
+    """Children in primary-key order: a composite id is a JSON list; numbers sort as numbers."""
+    try:
+        parsed = json.loads(row_id)
+    except ValueError:
+        parsed = row_id
+    values = parsed if isinstance(parsed, list) else [parsed]
+    return tuple((0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
+                 for v in values)
+
+
+def _fields(row: Row, fields: Iterable[str]) -> Row:
+    return {field: row.get(field) for field in fields}
+
+
+def build(view: NestedView, root_ids: Iterable[str], state: FlatState) -> dict[str, Row | None]:
+    """Each root's document (None if the root row is absent), with `tl_refs`, from the flat state.
+    Reads level by level: one read per join for all roots together."""
+    ids = sorted(set(root_ids))
+    roots = state.rows(view.root, ids)
+    built = _attach(view, view.root, roots, state)
+    return {row_id: _finish(*built[row_id]) if row_id in built else None for row_id in ids}
+
+
+def _finish(doc: Row, refs: set[str]) -> Row:
+    return {**doc, REFS: sorted(refs)}
+
+
+def _attach(node: JoinNode, table: str, rows: dict[str, Row], state: FlatState) -> dict[str, tuple[Row, set[str]]]:
+    """The documents of `rows` (rows of `table` at `node`) with their parents and children, and refs."""
+    built = {row_id: (_fields(row, node.fields), {ref(table, row_id)}) for row_id, row in rows.items()}
+    for name, parent in node.parents.items():
+        wanted = {row_id: _join_value(row, parent.join_column) for row_id, row in rows.items()}
+        found = state.rows(parent.table, sorted({v for v in wanted.values() if v is not None}))
+        parents = _attach(parent, parent.table, found, state)
+        for row_id, value in wanted.items():
+            doc, refs = built[row_id]
+            doc[name] = parents[value][0] if value in parents else None
+            if value is not None:
+                refs.add(ref(parent.table, value))  # found or not: a late parent row finds this document
+                refs |= parents[value][1] if value in parents else set()
+    for name, child in getattr(node, "children", {}).items():
+        found = state.referring(child.table, child.join_column, sorted(rows)) if rows else {}
+        children = _attach(child, child.table, found, state)
+        for row_id in rows:
+            built[row_id][0][name] = []
+        for child_id in sorted(found, key=sort_key):
+            owner = _join_value(found[child_id], child.join_column)
+            if owner in built:
+                built[owner][0][name].append(children[child_id][0])
+                built[owner][1].update(children[child_id][1])
+    return built
+
+
+# ---- the index mapping (pure) ---------------------------------------------------------------------
+
+
+def mapping(view: NestedView, flat: Callable[[str], Mapping[str, Any]]) -> dict[str, Any]:
+    """The nested index's properties: each field mapped as in its table's flat index (`flat(table)`
+    gives that index's properties; a field not mapped there yet is left out until it is), parents as
+    objects, children as `nested` (so a query can match one child's fields together)."""
+
+    def properties(node: JoinNode) -> dict[str, Any]:
+        known = flat(node_table(node))
+        props = {field: known[field] for field in node.fields if field in known}
+        for name, parent in node.parents.items():
+            props[name] = {"type": "object", "properties": properties(parent)}
+        for name, child in getattr(node, "children", {}).items():
+            props[name] = {"type": "nested", "properties": properties(child)}
+        return props
+
+    return {**properties(view), REFS: {"type": "keyword"}}
+
+
+# ---- the nested index (driver, after a batch's flat writes) ----------------------------------------
+
+MAX_TERMS = 10_000  # values per terms query (Elasticsearch allows 65536)
+
+
+class SearchState:
+    """`FlatState` over the flat indices (`target(table)`): mget for rows by id, a scan for children."""
+
+    def __init__(self, es: Elasticsearch, target: Callable[[str], str]) -> None:
+        self.es = es
+        self.target = target
+
+    def rows(self, table: str, row_ids: list[str]) -> dict[str, Row]:
+        if not row_ids:
+            return {}
+        hits = self.es.mget(index=self.target(table), ids=row_ids)["docs"]
+        return {hit["_id"]: stored.source for hit in hits if (stored := Stored.of(hit))}
+
+    def referring(self, table: str, column: str, values: list[str]) -> dict[str, Row]:
+        found = {}
+        for start in range(0, len(values), MAX_TERMS):
+            query = {"query": {"terms": {column: values[start:start + MAX_TERMS]}}}
+            found |= {hit["_id"]: hit["_source"] for hit in helpers.scan(self.es, index=self.target(table), query=query)}
+        return found
+
+
+class NestedIndex:
+    """Keeps one nested view's index equal to the join of the flat state, for the rows a batch touched."""
+
+    def __init__(self, es: Elasticsearch, view: NestedView, target: str, flat_target: Callable[[str], str],
+                 chunk: int = 1000) -> None:
+        self.es = es
+        self.view = view
+        self.target = target
+        self.flat_target = flat_target
+        self.chunk = chunk
+        self.tables = sorted({node_table(node) for node, _ in _nodes_with_parent(view)})
+
+    def apply(self, touched: Iterable[Touch]) -> int:
+        """Rebuild every document the touches reach; returns how many documents were written or deleted."""
+        touched = list(touched)
+        self.es.indices.refresh(index=self.target)  # the tl_refs lookup must see every earlier batch's writes
+        roots = {touch.value for touch in touched if touch.kind == "root"}
+        roots |= self._referencing([t.value for t in touched if t.kind == "ref"], "terms")
+        roots |= self._referencing([t.value for t in touched if t.kind == "prefix"], "prefix")
+        self._map_new_fields()
+        ordered = sorted(roots, key=sort_key)
+        return sum(self._rebuild(ordered[start:start + self.chunk]) for start in range(0, len(ordered), self.chunk))
+
+    def _referencing(self, values: list[str], kind: str) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(values), MAX_TERMS):
+            part = values[start:start + MAX_TERMS]
+            query = {"terms": {REFS: part}} if kind == "terms" else \
+                {"bool": {"should": [{"prefix": {REFS: value}} for value in part], "minimum_should_match": 1}}
+            hits = helpers.scan(self.es, index=self.target, query={"query": query, "_source": False})
+            found |= {hit["_id"] for hit in hits}
+        return found
+
+    def _rebuild(self, root_ids: list[str]) -> int:
+        """Read the stored documents first, then the flat state, then write each changed one guarded by
+        what was read: a concurrent writer of the same index (a rebuild after its alias swap) that wrote
+        in between gets a 409 here, and the document is rebuilt from state read after its write."""
+        pending, written = root_ids, 0
+        for _ in range(MAX_TRIES):
+            if not pending:
+                return written
+            held = {hit["_id"]: Stored.of(hit) for hit in self.es.mget(index=self.target, ids=pending)["docs"]}
+            self.es.indices.refresh(index=[self.flat_target(table) for table in self.tables])
+            wanted = build(self.view, pending, SearchState(self.es, self.flat_target))
+            ops = [op for row_id in pending for op in self._ops(row_id, held[row_id], wanted[row_id])]
+            pending, done = self._bulk(ops)
+            written += done
+        raise ElasticsearchSinkError(f"nested view {self.target}: {len(pending)} documents still conflict")
+
+    def _ops(self, row_id: str, held: Stored | None, wanted: Row | None) -> list[Op]:
+        if wanted is None:
+            return [delete_op(self.target, row_id, held)] if held else []
+        if held is not None and held.source == wanted:
+            return []  # unchanged (a replayed batch, or a change that does not show in this view)
+        return [write_op(self.target, row_id, wanted, held, alias_only=False)]
+
+    def _bulk(self, ops: list[Op]) -> tuple[list[str], int]:
+        if not ops:
+            return [], 0
+        body = [part for header, source in ops for part in (header, source) if part is not None]
+        retry, done = [], 0
+        for item in self.es.bulk(operations=body)["items"]:
+            result = next(iter(item.values()))
+            if result.get("error") is None or result["status"] == 404:
+                done += 1
+            elif result["status"] == 409:
+                retry.append(result["_id"])
+            else:
+                raise ElasticsearchSinkError(f"nested view {self.target}: write of {result['_id']} failed "
+                                             f"with {result['status']}: {result['error']}")
+        return retry, done
+
+    def _map_new_fields(self) -> None:
+        """Put the mapping of fields the flat indices have mapped since (new columns flow in)."""
+        flat = {table: self._properties(self.flat_target(table)) for table in self.tables}
+        wanted = mapping(self.view, lambda table: flat[table])
+        if _missing(self._properties(self.target), wanted):
+            self.es.indices.put_mapping(index=self.target, properties=wanted)
+
+    def _properties(self, index: str) -> dict[str, Any]:
+        return next(iter(self.es.indices.get_mapping(index=index).values()))["mappings"].get("properties", {})
+
+
+def _missing(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    """Whether `want` names a field (at any depth) that `have` lacks."""
+    return any(name not in have or _missing(have[name].get("properties", {}), spec.get("properties", {}))
+               for name, spec in want.items())

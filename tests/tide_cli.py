@@ -1,0 +1,32 @@
+"""Running the `tide` command line as a user does: a subprocess, settings passed as TIDE_* variables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+
+from services.settings import StackSettings
+
+TIDE = (sys.executable, "-m", "services.cli")
+
+
+def tide_env(settings: StackSettings, fields: Iterable[str]) -> dict[str, str]:
+    """This environment plus TIDE_<FIELD> for each of `fields`, taken from `settings`."""
+    overrides = {f"TIDE_{name.upper()}": str(getattr(settings, name)) for name in fields}
+    return {**os.environ, "COLUMNS": "200", **overrides}
+
+
+def tide_result(settings: StackSettings, *args: str, fields: Iterable[str], timeout: float = 900
+                ) -> subprocess.CompletedProcess:
+    """Run `tide ARGS` with those settings; whatever it returns, failing or not."""
+    return subprocess.run([*TIDE, *args], env=tide_env(settings, fields), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def run_tide(settings: StackSettings, *args: str, fields: Iterable[str], timeout: float = 900) -> str:
+    """Run `tide ARGS` with those settings; its output, or fail with it."""
+    result = tide_result(settings, *args, fields=fields, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
