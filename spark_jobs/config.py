@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, AggregateView, Catalogue, plans
+from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, AggregateView, Catalogue, missing_column, plans
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "pipeline.yaml"
 
@@ -190,11 +190,8 @@ def nested_column_errors(pipeline: PipelineConfig, columns: dict[str, set[str]])
                 referring = above[-1]
                 referring_known = columns.get(referring, set()) - set(pipeline.tables[referring].exclude_columns)
                 if node.join_column not in referring_known:
-                    errors.append(f"{path}.join_column: {referring} has no column {node.join_column}; "
-                                  f"choose one of {', '.join(sorted(referring_known))}")
-            for column in wanted:
-                if column not in known:
-                    errors.append(f"{path}: {table} has no column {column}; choose from {', '.join(sorted(known))}")
+                    errors.append(missing_column(f"{path}.join_column", referring, node.join_column, referring_known))
+            errors += [missing_column(path, table, column, known) for column in wanted if column not in known]
     return errors
 
 
@@ -235,35 +232,49 @@ class PipelineConfig(_Strict):
                 )
             if table.warehouse is None:
                 raise ValueError(f"windows.{name}.table: {view.table} has no warehouse view; add `warehouse: {{}}` to it")
-            if name in self.warehouse_paths():
-                raise ValueError(f"windows.{name}: the name is taken by a warehouse table; choose another")
+            if taken := {name, late_table(name)} & self.warehouse_paths():
+                raise ValueError(f"windows.{name}: {', '.join(sorted(taken))} is taken by a warehouse table; choose another")
         return self
 
     def warehouse_paths(self) -> set[str]:
-        """Names the warehouse folder already holds: each table and, with history, <table>_history."""
+        """Names the warehouse folder holds for the tables: each table and, with history, <table>_history."""
         names = set()
         for table, views in self.tables.items():
             if views.warehouse is not None:
                 names |= {table, history_table(table)} if views.warehouse.history else {table}
         return names
 
-    def window_problems(self, catalog: dict[str, dict[str, str]]) -> list[str]:
-        """What `windows:` gets wrong about the source schema. `catalog` is table -> column ->
-        PostgreSQL type category (pg_type.typcategory: 'D' date/time, 'N' numeric)."""
+    def warehouse_tables(self) -> list[str]:
+        """Every table the warehouse writes: current state, history, each window view and its late table."""
+        windows = {table for name in self.windows for table in (name, late_table(name))}
+        return sorted(self.warehouse_paths() | windows)
+
+    def window_problems(self, catalogue: Catalogue) -> list[str]:
+        """What `windows:` gets wrong about the source schema (`catalogue`: spark_jobs.aggregates)."""
         problems = []
         for name, view in self.windows.items():
-            columns = catalog.get(view.table, {})
-            for field, column, category, kind in (
-                ("time_column", view.time_column, "D", "a date or timestamp"),
-                ("value_column", view.value_column, "N", "a numeric"),
+            info = catalogue.get(view.table)
+            columns = info.columns if info else {}
+            for field, column, kinds, kind in (
+                ("time_column", view.time_column, ("time",), "a date or timestamp"),
+                ("value_column", view.value_column, ("integer", "decimal", "number"), "a numeric"),
             ):
                 if column not in columns:
-                    known = ", ".join(sorted(columns)) or "none: does the table exist?"
-                    problems.append(f"windows.{name}.{field}: {self.source.schema_name}.{view.table} has no column "
-                                    f"{column!r} (columns: {known}); fix pipeline.yaml")
-                elif columns[column] != category:
+                    problems.append(missing_column(f"windows.{name}.{field}", view.table, column, columns))
+                elif columns[column].kind not in kinds:
                     problems.append(f"windows.{name}.{field}: {view.table}.{column} is not {kind} column; fix pipeline.yaml")
         return problems
+
+    def schema_problems(self, catalogue: Catalogue) -> list[str]:
+        """Every column the nested views, cache aggregates and windows name that `catalogue` lacks
+        (or has with an unusable type), one line each: the one check of all three against a schema."""
+        columns = {table: set(info.columns) for table, info in catalogue.items()}
+        problems = nested_column_errors(self, columns) if self.nested else []
+        try:
+            self.aggregate_plans(catalogue)
+        except AggregateConfigError as exc:
+            problems.append(str(exc))
+        return problems + self.window_problems(catalogue)
 
     def history_tables(self) -> list[str]:
         return [t for t, views in self.tables.items() if views.warehouse is not None and views.warehouse.history]
@@ -328,6 +339,11 @@ def schema_columns() -> dict[str, set[str]]:
 def history_table(table: str) -> str:
     """The SCD2 history table's name in the warehouse folder."""
     return f"{table}_history"
+
+
+def late_table(name: str) -> str:
+    """A window view's table of late changes, in the warehouse folder."""
+    return f"{name}_late"
 
 
 def topic_table(topic: str) -> str:

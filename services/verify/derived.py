@@ -24,14 +24,12 @@ from psycopg import sql
 
 from services.verify.readers import _from_micros
 from services.verify.reconcile import Tally, TableShape, row_doc_id
-from spark_jobs.config import WindowView
+from spark_jobs.config import WindowView, late_table
 from spark_jobs.event_windows import WindowKey, aggregate
 from spark_jobs.scd2 import intervals
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta_history import IS_CURRENT, SOURCE_OP, VALID_FROM, VALID_TO
-from spark_jobs.sinks.delta_windows import (
-    COUNT_DELTA, ROW_COUNT, SIZE, SLIDE, START, VALUE_DELTA, VALUE_SUM, late_table,
-)
+from spark_jobs.sinks.delta_windows import COUNT_DELTA, ROW_COUNT, SIZE, SLIDE, START, VALUE_DELTA, VALUE_SUM
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

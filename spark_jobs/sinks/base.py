@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 META_PREFIX = "tl_"
 VERSION_MAJOR = "tl_version_major"
 VERSION_MINOR = "tl_version_minor"
+# A history table's primary-key columns, in its Delta table properties (a version's key is key + version).
+KEYS_PROPERTY = "tideline.primaryKey"
 COMMIT_TS = "tl_commit_ts"
 
 

@@ -5,19 +5,24 @@ Per micro-batch, from every decoded change of the batch (not only the newest per
 
 1. `row_versions` (spark_jobs/scd2.py) keeps each row's distinct versions and fills
    unchanged-TOAST columns from the previous version in the batch;
-2. a MERGE inserts each version whose (primary key, version) the table lacks: a replayed batch or
-   a re-delivered record never adds a second copy of a version;
-3. the affected rows' intervals are recomputed over all their stored versions (a window over the
-   key, in version order): valid_to = the next version's valid_from, is_current = newest and not a
+2. the batch's versions are put beside the stored versions of the same rows; a (primary key,
+   version) the table holds already is taken as stored, so a replayed batch or a re-delivered
+   record never adds a second copy of a version;
+3. the affected rows' intervals are computed over all their versions (a window over the key, in
+   version order): valid_to = the next version's valid_from, is_current = newest and not a
    delete. A version that arrives late, between two stored ones, closes and is closed correctly.
-   Columns a version could not fill in step 1 are taken from the stored version before it.
-   Only rows whose values change are updated, so a replay commits nothing.
+   Columns a version could not fill in step 1 are taken from the stored version before it;
+4. one MERGE per table inserts the new versions and updates the stored ones whose values change
+   (one MERGE, not an insert and then an update: each costs a scan of the table and a commit).
+   A replay changes nothing and commits nothing.
 
 A truncate closes every row that was live at its version with a version of op 't'.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -28,7 +33,7 @@ from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, Stru
 from spark_jobs.changes import Change
 from spark_jobs.config import history_table
 from spark_jobs.scd2 import ENDS, row_versions
-from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR, Rejected
+from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, VERSION_MAJOR, VERSION_MINOR, Rejected
 from spark_jobs.sinks.delta import (
     _OP,
     _UNAVAILABLE,
@@ -46,6 +51,8 @@ from spark_jobs.sinks.delta import (
 if TYPE_CHECKING:
     from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("tideline.history")
 
 VALID_FROM, VALID_TO, IS_CURRENT, SOURCE_OP = "valid_from", "valid_to", "is_current", "source_op"
 UNAVAILABLE = "tl_unavailable"  # columns whose value no earlier version could supply (normally empty)
@@ -77,8 +84,10 @@ class DeltaHistory:
             rejected: list[Rejected] = []
             for table in sorted(facts):
                 if facts[table].keys:
+                    started = time.monotonic()
                     rows = versions.filter(lambda change, t=table: change.table == t and change.op != "t")
                     rejected += self._apply_table(spark, table, facts[table], rows)
+                    log.info("history %s: written in %.0f ms", table, (time.monotonic() - started) * 1000)
                 if facts[table].truncate is not None:
                     truncates = versions.filter(lambda change, t=table: change.table == t and change.op == "t")
                     for truncate in truncates.collect():  # a handful at most
@@ -97,31 +106,30 @@ class DeltaHistory:
             rejected = encoded.filter(lambda pair: pair[1] is not None).map(lambda pair: pair[1]).collect()
             rows = encoded.filter(lambda pair: pair[0] is not None).map(lambda pair: pair[0])
             source = spark.createDataFrame(rows, plan.source_schema())
-            self._insert_versions(spark, path, plan, source)
-            self._recompute(spark, path, plan.keys, source.select(*(_q(k) for k in plan.keys)).distinct())
+            self._merge_versions(spark, path, plan.keys, _as_versions(source, plan))
         finally:
             encoded.unpersist()
         return rejected
 
-    def _insert_versions(self, spark: SparkSession, path: str, plan: _TablePlan, source: DataFrame) -> None:
-        """Each version the table lacks, by (primary key, version): insert-if-absent."""
-        versions = source.select(
-            *(F.col(_q(c)) for c in plan.fields),
-            F.col(_OP).alias(SOURCE_OP), F.col(COMMIT_TS).alias(VALID_FROM),
-            F.lit(None).cast(TimestampType()).alias(VALID_TO), F.lit(False).alias(IS_CURRENT),
-            F.col(VERSION_MAJOR), F.col(VERSION_MINOR), F.col(_UNAVAILABLE).alias(UNAVAILABLE),
-        )
-        (
-            _delta().forPath(spark, path).alias("t")
-            .merge(versions.alias("s"), _same_version(plan.keys))
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-
-    def _recompute(self, spark: SparkSession, path: str, keys: tuple[str, ...] | list[str], affected: DataFrame) -> None:
-        """Intervals, current flags and inherited unchanged-TOAST values of the affected rows' versions."""
+    def _merge_versions(self, spark: SparkSession, path: str, keys: tuple[str, ...] | list[str], arriving: DataFrame) -> None:
+        """One MERGE per batch: each arriving version the table lacks (by primary key and version) is
+        inserted, and each stored version of the same rows whose interval, current flag or inherited
+        values change is updated. `arriving` has the history table's columns (`_as_versions`)."""
         history = spark.read.format("delta").load(path)
         keys = list(keys)
+        versions = [*keys, VERSION_MAJOR, VERSION_MINOR]
+        # In the table's column order and types; a column this batch does not carry is NULL.
+        arriving = arriving.select(*(
+            (F.col(_q(f.name)) if f.name in arriving.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in history.schema.fields
+        ))
+        stored = history.join(arriving.select(*(_q(k) for k in keys)).distinct(), keys, "left_semi")
+        # A version stored already (a replay, a re-delivered record) is taken as stored: never added twice.
+        first = Window.partitionBy(*(_q(c) for c in versions)).orderBy(F.col("_stored").desc())
+        rows = (
+            stored.withColumn("_stored", F.lit(True)).unionByName(arriving.withColumn("_stored", F.lit(False)))
+            .withColumn("_copy", F.row_number().over(first)).where(F.col("_copy") == 1).drop("_copy")
+        )
         data = [f.name for f in history.schema.fields if f.name not in keys and f.name not in _META_NAMES]
         order = Window.partitionBy(*(_q(k) for k in keys)).orderBy(VERSION_MAJOR, VERSION_MINOR)
         earlier = order.rowsBetween(Window.unboundedPreceding, -1)
@@ -137,28 +145,29 @@ class DeltaHistory:
             for c in data
         }
         found = F.array(*(F.when(known[c].isNotNull(), F.lit(c)) for c in data)) if data else F.array()
-        still_unknown = F.array_except(F.col(UNAVAILABLE), found)
-        wanted = history.join(affected, keys, "left_semi").select(
-            *(_q(k) for k in keys), VERSION_MAJOR, VERSION_MINOR,
+        wanted = rows.select(
+            *(_q(k) for k in keys), VERSION_MAJOR, VERSION_MINOR, SOURCE_OP, VALID_FROM, "_stored",
             F.lead(VALID_FROM).over(order).alias("_valid_to"),
             (F.lead(VERSION_MAJOR).over(order).isNull() & ~F.col(SOURCE_OP).isin(*ENDS)).alias("_is_current"),
-            still_unknown.alias("_unavailable"),
+            F.array_except(F.col(UNAVAILABLE), found).alias("_unavailable"),
             *(expr.alias(f"_v_{c}") for c, expr in inherited.items()), F.col(VALID_TO), F.col(IS_CURRENT),
             F.size(UNAVAILABLE).alias("_had_unavailable"),
         )
         changed = wanted.where(
-            ~F.col(VALID_TO).eqNullSafe(F.col("_valid_to")) | (F.col(IS_CURRENT) != F.col("_is_current"))
+            ~F.col("_stored") | ~F.col(VALID_TO).eqNullSafe(F.col("_valid_to")) | (F.col(IS_CURRENT) != F.col("_is_current"))
             | (F.col("_had_unavailable") != F.size("_unavailable"))
         ).persist()
         try:
             if changed.isEmpty():
-                return
+                return  # a replay: nothing to commit
             updates = {VALID_TO: "s._valid_to", IS_CURRENT: "s._is_current", UNAVAILABLE: "s._unavailable"}
             updates |= {_q(c): f"s.{_q('_v_' + c)}" for c in data}
+            inserts = updates | {_q(c): f"s.{_q(c)}" for c in (*versions, SOURCE_OP, VALID_FROM)}
             (
                 _delta().forPath(spark, path).alias("t")
                 .merge(changed.alias("s"), _same_version(keys))
                 .whenMatchedUpdate(set=updates)
+                .whenNotMatchedInsert(values=inserts)
                 .execute()
             )
         finally:
@@ -189,25 +198,21 @@ class DeltaHistory:
             F.lit(None).cast(TimestampType()).alias(VALID_TO), F.lit(False).alias(IS_CURRENT),
             F.lit(major).cast(LongType()).alias(VERSION_MAJOR), F.lit(minor).cast(LongType()).alias(VERSION_MINOR),
             F.array().cast(ArrayType(StringType())).alias(UNAVAILABLE),
-        ).persist()
-        try:
-            if closing.isEmpty():
-                return
-            (
-                _delta().forPath(spark, path).alias("t")
-                .merge(closing.alias("s"), _same_version(keys))
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
-            self._recompute(spark, path, keys, closing.select(*(_q(k) for k in keys)).distinct())
-        finally:
-            closing.unpersist()
+        )
+        self._merge_versions(spark, path, keys, closing)
+
+
+def _as_versions(source: DataFrame, plan: _TablePlan) -> DataFrame:
+    """The batch's encoded changes as history rows (interval and current flag are set by the MERGE)."""
+    return source.select(
+        *(F.col(_q(c)) for c in plan.fields),
+        F.col(_OP).alias(SOURCE_OP), F.col(COMMIT_TS).alias(VALID_FROM),
+        F.lit(None).cast(TimestampType()).alias(VALID_TO), F.lit(False).alias(IS_CURRENT),
+        F.col(VERSION_MAJOR), F.col(VERSION_MINOR), F.col(_UNAVAILABLE).alias(UNAVAILABLE),
+    )
 
 
 _META_NAMES = frozenset(field.name for field in HISTORY_META)
-
-
-KEYS_PROPERTY = "tideline.primaryKey"
 
 
 def _key_columns(spark: SparkSession, path: str) -> list[str]:

@@ -23,12 +23,14 @@ if absent by (window, row, version) and written before the MERGE that would hide
 from __future__ import annotations
 
 import logging
+import time
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from spark_jobs.config import WindowSpec, WindowView
+from spark_jobs.config import WindowSpec, WindowView, late_table
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta import _DOC_ID, _OP, _UNAVAILABLE, _TablePlan, _delta, _newer, _q, create_table
 
@@ -43,10 +45,6 @@ VALUE_DELTA, COUNT_DELTA, ROW_ID, WATERMARK, REASON = "value_delta", "count_delt
 _WATERMARKS_SCHEMA = StructType([StructField("view", StringType()), StructField("watermark", TimestampType())])
 
 
-def late_table(name: str) -> str:
-    return f"{name}_late"
-
-
 class DeltaWindows:
     """The window tables of one warehouse, refreshed by `DeltaSink` after each MERGE of their table."""
 
@@ -54,7 +52,7 @@ class DeltaWindows:
         self.warehouse_dir = warehouse_dir
         self.views = dict(views)
         self._created: set[str] = set()  # tables known to exist: createIfNotExists reads the log each time
-        self._batch_watermark: dict[str, Column | None] = {}
+        self._batch_watermark: dict[str, datetime | None] = {}
 
     def _ensure(self, spark: SparkSession, path: str, schema: StructType) -> None:
         if path not in self._created:
@@ -75,20 +73,20 @@ class DeltaWindows:
     def _of(self, table: str) -> dict[str, WindowView]:
         return {name: view for name, view in self.views.items() if view.table == table}
 
-    def watermark(self, spark: SparkSession, name: str) -> Column | None:
-        rows = spark.read.format("delta").load(self.watermarks_path).where(F.col("view") == name).collect()
-        return F.lit(rows[0]["watermark"]).cast(TimestampType()) if rows and rows[0]["watermark"] else None
+    def watermark(self, spark: SparkSession, name: str) -> datetime | None:
+        """The highest watermark recorded for the view (the table only gains rows: see `_raise_watermark`)."""
+        table = spark.read.format("delta").load(self.watermarks_path)
+        return table.where(F.col("view") == name).agg(F.max("watermark")).first()[0]
 
     # -------------------------------------------------------------- late changes (before the MERGE)
 
     def record_late(self, spark: SparkSession, plan: _TablePlan, fresh: DataFrame, current_path: str) -> None:
         """Record the changes of `fresh` that would alter a closed window of `plan.table`."""
         for name, view in self._of(plan.table).items():
-            watermark = self.watermark(spark, name)
-            self._batch_watermark[name] = watermark  # the same one for this batch's refresh
-            if watermark is None or not _delta().isDeltaTable(spark, current_path):
+            stored = self._batch_watermark[name] = self.watermark(spark, name)  # the same one for this batch's refresh
+            if stored is None or not _delta().isDeltaTable(spark, current_path):
                 continue  # no window is closed yet
-            late = self._late(spark, view, plan, fresh, current_path, watermark).persist()
+            late = self._late(spark, view, plan, fresh, current_path, _at(stored)).persist()
             try:
                 count = late.count()
                 if count:
@@ -161,9 +159,11 @@ class DeltaWindows:
                 raise ValueError(f"windows.{name}: the warehouse table {table} has no column {', '.join(missing)}")
             # The watermark record_late used (one read per batch), else the stored one (a truncate).
             known = name in self._batch_watermark
-            watermark = self._batch_watermark.pop(name) if known else self.watermark(spark, name)
-            self._recompute(spark, name, view, rows, watermark)
-            self._raise_watermark(spark, name, view, rows)
+            stored = self._batch_watermark.pop(name) if known else self.watermark(spark, name)
+            started = time.monotonic()
+            self._recompute(spark, name, view, rows, None if stored is None else _at(stored))
+            self._raise_watermark(spark, name, view, rows, stored)
+            log.info("windows %s: open windows and watermark written in %.0f ms", name, (time.monotonic() - started) * 1000)
 
     def _recompute(self, spark: SparkSession, name: str, view: WindowView, rows: DataFrame, watermark: Column | None) -> None:
         timed = rows.select(F.col(_q(view.time_column)).cast(TimestampType()).alias("_time"),
@@ -191,19 +191,22 @@ class DeltaWindows:
             merge = merge.whenNotMatchedBySourceDelete(F.col(f"t.{END}") > watermark)
         merge.execute()
 
-    def _raise_watermark(self, spark: SparkSession, name: str, view: WindowView, rows: DataFrame) -> None:
-        newest = rows.select(F.max(F.col(_q(view.time_column)).cast(TimestampType())).alias("newest"))
-        candidate = newest.select(
-            F.lit(name).alias("view"),
-            (F.col("newest") - F.expr(f"INTERVAL {view.allowed_lateness_seconds} SECONDS")).alias("watermark"),
-        ).where(F.col("watermark").isNotNull())
-        (
-            _delta().forPath(spark, self.watermarks_path).alias("t")
-            .merge(candidate.alias("s"), "t.view = s.view")
-            .whenMatchedUpdate("s.watermark > t.watermark", set={"watermark": "s.watermark"})
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+    def _raise_watermark(
+        self, spark: SparkSession, name: str, view: WindowView, rows: DataFrame, stored: datetime | None
+    ) -> None:
+        """Append the new watermark if it is higher than the stored one. Appended, not MERGEd: the
+        reader takes the maximum, which a lower or repeated row cannot change, and an append is one
+        Spark job where a MERGE is several (this runs in every batch that changes the table)."""
+        lateness = F.expr(f"INTERVAL {view.allowed_lateness_seconds} SECONDS")
+        candidate = rows.select((F.max(F.col(_q(view.time_column)).cast(TimestampType())) - lateness)).first()[0]
+        if candidate is not None and (stored is None or candidate > stored):
+            spark.createDataFrame([(name, candidate)], _WATERMARKS_SCHEMA).write.format("delta").mode("append").save(
+                self.watermarks_path
+            )
+
+
+def _at(moment: datetime) -> Column:
+    return F.lit(moment).cast(TimestampType())
 
 
 def _in_windows(rows: DataFrame, specs: list[WindowSpec]) -> DataFrame:

@@ -17,7 +17,7 @@ from services.demo import workload
 from services.settings import StackSettings
 from services.jobs import driver, lag
 from services.stack import postgres, process, runner
-from services.verify import verify
+from services.verify import Outcome, reconcile_views, verify
 from spark_jobs.config import PipelineConfig
 from spark_jobs.settings import SINKS
 from tests import tide_cli
@@ -118,17 +118,19 @@ def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float, sin
         raise AssertionError(f"{exc}; behind: {behind()}; ends then {ends}, now {now}; committed {committed}") from None
 
 
-def converged(settings, pipeline, spark, timeout=None, tables=None, sinks=SINKS) -> None:
-    """Caught up with the topics, then verify clean (PostgreSQL as the oracle). `spark` may be None
-    when the warehouse is not among `sinks`."""
+def converged(settings, pipeline, spark, timeout=None, tables=None, sinks=SINKS) -> list[Outcome]:
+    """Caught up with the topics, then verify clean (PostgreSQL as the oracle); the clean outcomes,
+    one per view checked. `spark` may be None when the warehouse is not among `sinks`."""
     caught_up(settings, pipeline, timeout or CONVERGE_S, sinks)
-    last: list = []
+    last: list[Outcome] = []
 
-    def clean() -> bool:
-        last[:] = verify(settings, pipeline=pipeline, spark=spark, tables=tables, sinks=sinks)
-        return not last
+    def all_clean() -> bool:
+        last[:] = reconcile_views(settings, pipeline=pipeline, spark=spark, tables=tables, sinks=sinks)
+        return all(outcome.clean for outcome in last)
 
     try:
-        wait_until(clean, 60, "every view to equal PostgreSQL (tide verify clean)", interval=5)
+        wait_until(all_clean, 60, "every view to equal PostgreSQL (tide verify clean)", interval=5)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; divergences: {last[:10]}") from None
+        divergences = [d for outcome in last for d in outcome.divergences]
+        raise AssertionError(f"{exc}; divergences: {divergences[:10]}") from None
+    return list(last)

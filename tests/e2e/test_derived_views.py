@@ -1,5 +1,6 @@
 """The warehouse's derived views end to end, on the session's apply run (conftest.py `run`):
-SCD2 history against versions recorded by PostgreSQL itself, through a kill -9 and a replayed batch;
+SCD2 history against versions recorded by PostgreSQL itself, and every derived view (nested orders,
+Redis aggregates, history, windows) clean under verify, through a kill -9 and replayed batches;
 event-time windows against SQL, with late orders recorded apart; a bad window column at start-up.
 
 The oracle for history is an audit trigger installed by the test: it records, inside each writing
@@ -12,16 +13,22 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 
 import migrations
+from services.api.app import create_app
 from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
+from services.verify import nested
+from spark_jobs.aggregates import demo_catalogue
 from spark_jobs.config import history_table, load
 from spark_jobs.event_windows import window_starts
+from spark_jobs.settings import SINKS
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 from tests.e2e.support import CONVERGE_S, Workload, converged, kill_9_driver, tide_result, write_pipeline
 from tests.waiting import wait_until
@@ -96,7 +103,25 @@ def _as_audited(version: dict, table: str) -> tuple[str, dict | None]:
     return version["source_op"], {name: version[name] for name in COMPARED[table]}
 
 
-def test_history_holds_every_committed_version_once_through_a_kill_9_and_a_replayed_batch(run, spark, stack):
+def _replay_last_batch(checkpoint: Path) -> None:
+    """Make a query replay the last batch it wrote: as if the kill had come after the sink's writes
+    and before Spark recorded the batch as done."""
+    commits = checkpoint / "commits"
+    if _last_batch(commits) < 0:
+        return
+    last = commits / str(_last_batch(commits))
+    last.unlink()
+    (commits / f".{last.name}.crc").unlink(missing_ok=True)
+
+
+def test_every_derived_view_converges_and_history_holds_each_version_once_through_a_kill_9_and_replays(
+    run, spark, stack
+):
+    """Issue 5's acceptance on the session's pipeline: the writer changes every demo table (renames,
+    status changes, item edits, deletes) through a kill -9 of the driver and a replay of each query's
+    last written batch; then verify is clean for every table, the nested orders, the Redis aggregates
+    (a double count would show), the history and window tables; and history holds each committed
+    version once. The API serves the history and window tables Spark wrote."""
     jobs, pipeline, first = run
     first.finish()
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
@@ -110,21 +135,22 @@ def test_history_holds_every_committed_version_once_through_a_kill_9_and_a_repla
         wait_until(lambda: writer.done >= 150 and _last_batch(commits) > done_before, CONVERGE_S,
                    "writes, and a warehouse batch of them, before the kill")
         kill_9_driver(jobs)
-        # Make sure the warehouse replays a batch it has written: as if the kill had come after
-        # the sink's writes and before Spark recorded the batch as done.
-        last = commits / str(_last_batch(commits))
-        last.unlink()
-        (commits / f".{last.name}.crc").unlink(missing_ok=True)
+        for sink in SINKS:
+            _replay_last_batch(jobs.state_dir / "checkpoints" / sink)
         wait_until(lambda: writer.done >= 350, 90, "writes while the driver is down")
         runner.start_and_wait(jobs, [driver.SERVICE])
         writer.finish()
-        converged(jobs, pipeline, spark, tables=["customers", "products", "orders"])  # includes history and windows
+        outcomes = converged(jobs, pipeline, spark)  # every table and view
         with psycopg.connect(postgres.conninfo(stack)) as conn:
             audited = _audited(conn)
     finally:
         with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
             _drop_audit(conn)
 
+    checked = {(outcome.table, outcome.sink) for outcome in outcomes}
+    assert {("customers", "history"), ("products", "history"), ("order_revenue", "windows"),
+            ("aggregate:customer_stats", "cache"), ("aggregate:top_products", "cache"),
+            *((nested.label(name), "search") for name in pipeline.nested)} <= checked, checked
     assert sum(len(v) for v in audited.values()) > 100, "the writer changed too few customers and products"
     for table in COMPARED:
         stored = _history(spark, jobs, table)
@@ -138,6 +164,11 @@ def test_history_holds_every_committed_version_once_through_a_kill_9_and_a_repla
             assert [_as_audited(v, table) for v in tail] == expected, f"{table} {row_id}: versions differ"
             earlier = versions[: len(versions) - len(expected)]
             assert all(v["valid_from"] <= installed_us for v in earlier), f"{table} {row_id}: an unaudited later version"
+    with TestClient(create_app(jobs, pipeline)) as api:  # the API reads what Spark wrote, as it reads any table
+        for name in (history_table("customers"), "order_revenue"):
+            served = api.get(f"/warehouse/{name}", params={"limit": 1}).json()
+            stored = spark.read.format("delta").load(str(jobs.state_dir / "warehouse" / name)).count()
+            assert served["total"] == stored > 0 and len(served["rows"]) == 1, (name, served, stored)
 
 
 def _figures(spark, jobs: StackSettings, name: str) -> dict:
@@ -205,6 +236,17 @@ def test_a_window_on_an_unknown_column_stops_tide_jobs_start_with_one_line(stack
     result = tide_result(jobs, "jobs", "start")
     assert result.returncode == 1, result.stdout + result.stderr
     error = result.stderr.strip()
-    assert "windows.order_revenue.time_column: public.orders has no column 'placed_at'" in error, error
+    assert "windows.order_revenue.time_column: orders has no column placed_at (columns: created_at, " in error, error
     assert "created_at" in error and len(error.splitlines()) == 1, error
     assert not process.running(runner.pid_file(jobs, driver.SERVICE)), "no driver may start with a bad pipeline"
+
+
+def test_postgresqls_catalogue_agrees_with_the_models_on_every_captured_table(stack):
+    """The driver checks views against the catalogue (`read_catalogue`), loading checks them against
+    migrations/models.py: both must describe the captured tables alike (kinds, scales, enum labels, keys)."""
+    migrations.upgrade(stack)
+    pipeline = load(stack.pipeline_file)
+    with psycopg.connect(postgres.conninfo(stack)) as conn:
+        catalogue = driver.read_catalogue(conn, pipeline.source.schema_name)
+    models = demo_catalogue()
+    assert {t: catalogue.get(t) for t in pipeline.tables} == {t: models[t] for t in pipeline.tables}

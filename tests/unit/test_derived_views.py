@@ -4,6 +4,7 @@ assignment and figures, and the pipeline file's checks of the `windows:` section
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from services.verify.derived import check_history_row, compare_figures
 from services.verify.reconcile import Tally
 from spark_jobs.changes import Change
+from spark_jobs.aggregates import demo_catalogue
 from spark_jobs.config import PipelineConfigError, WindowSpec, load
 from spark_jobs.event_windows import EPOCH, aggregate, window_starts
 from spark_jobs.scd2 import intervals, row_versions
@@ -126,16 +128,31 @@ def test_a_window_on_an_unknown_table_is_one_line_naming_the_tables(tmp_path):
     assert "\n" not in message
 
 
-def test_unknown_or_mistyped_window_columns_are_named_against_the_catalog():
+def test_unknown_or_mistyped_window_columns_are_named_against_the_catalogue():
     pipeline = load(PIPELINE)
-    catalog = {"orders": {"id": "N", "created_at": "D", "total": "N", "status": "E"}}
-    assert pipeline.window_problems(catalog) == []
+    assert pipeline.window_problems(demo_catalogue()) == []
     wrong = pipeline.model_copy(update={"windows": {"order_revenue": pipeline.windows["order_revenue"].model_copy(
         update={"time_column": "created", "value_column": "status"})}})
-    problems = wrong.window_problems(catalog)
-    assert problems[0].startswith("windows.order_revenue.time_column: public.orders has no column 'created'")
-    assert "created_at" in problems[0]
+    problems = wrong.window_problems(demo_catalogue())
+    assert problems[0].startswith("windows.order_revenue.time_column: orders has no column created (columns: created_at, ")
     assert problems[1] == "windows.order_revenue.value_column: orders.status is not a numeric column; fix pipeline.yaml"
+
+
+def test_one_schema_check_names_each_missing_column_of_nested_views_aggregates_and_windows():
+    """The check the driver runs at start-up against PostgreSQL's catalogue, here against one lacking
+    columns that each kind of view names."""
+    pipeline = load(PIPELINE)
+    assert pipeline.schema_problems(demo_catalogue()) == []
+    catalogue = dict(demo_catalogue())
+    orders = catalogue["orders"]
+    catalogue["orders"] = replace(orders, columns={c: i for c, i in orders.columns.items() if c not in ("created_at", "total")})
+    problems = pipeline.schema_problems(catalogue)
+    expected = ["nested.orders: orders has no column total (columns: customer_id, id, status, updated_at); fix pipeline.yaml",
+                "cache_aggregates.customer_stats.measures.paid_total.sum: orders has no column total",
+                "windows.order_revenue.time_column: orders has no column created_at",
+                "windows.order_revenue.value_column: orders has no column total"]
+    assert all(any(p.startswith(e) for p in problems) for e in expected), problems
+    assert all("\n" not in p for p in problems)
 
 
 # ---- tide verify's checks of the derived tables
