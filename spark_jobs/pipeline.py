@@ -15,10 +15,12 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -133,10 +135,17 @@ class BatchWriter:
             # concurrently in another partition must already see the raised watermark.
             truncates = newest.filter(lambda change: change.op == "t").collect()
             rows = newest.filter(lambda change: change.op != "t")
-            self._apply(batch.sparkSession, truncates, rows, batch_id)
-            if history:
-                rejected = history(batch.sparkSession, changes, batch_id)
-                dead_letters.send(bootstrap, dlq_topic, rejected_letters(sink, rejected))
+            if not history:
+                self._apply(batch.sparkSession, truncates, rows, batch_id)
+                return
+            # History is written beside the current state, not after it: its tables are its own,
+            # and much of a small batch's time is on the driver (Delta logs, commits), which overlaps.
+            # `changes` is cached by now (the collect above), so the two never decode a record twice.
+            with ThreadPoolExecutor(max_workers=1) as beside:
+                pending = beside.submit(inheritable_thread_target(history), batch.sparkSession, changes, batch_id)
+                self._apply(batch.sparkSession, truncates, rows, batch_id)
+                rejected = pending.result()
+            dead_letters.send(bootstrap, dlq_topic, rejected_letters(sink, rejected))
         finally:
             newest.unpersist()
             changes.unpersist()
