@@ -232,7 +232,9 @@ def test_a_window_on_an_unknown_column_stops_tide_jobs_start_with_one_line(stack
     pipeline = load(stack.pipeline_file)
     view = pipeline.windows["order_revenue"].model_copy(update={"time_column": "placed_at"})
     write_pipeline(pipeline.model_copy(update={"windows": {"order_revenue": view}}), tmp_path / "pipeline.yaml")
-    jobs = stack.model_copy(update={"state_dir": tmp_path / "state", "pipeline_file": tmp_path / "pipeline.yaml"})
+    # The stack's own state folder: `tide jobs start` checks the stack's services through it. The
+    # session's driver runs from a folder of its own (conftest.py), so no driver is there to find.
+    jobs = stack.model_copy(update={"pipeline_file": tmp_path / "pipeline.yaml"})
     result = tide_result(jobs, "jobs", "start")
     assert result.returncode == 1, result.stdout + result.stderr
     error = result.stderr.strip()
