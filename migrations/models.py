@@ -124,3 +124,39 @@ class Heartbeat(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     beat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+# Chaos runner tables (migration 0003; services/chaos/): captured only by the chaos pipeline.
+
+
+class _Ledger:
+    """One writer's append-only ledger: seq 1, 2, 3, ... with no gap, one per committed transaction."""
+
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    operation: Mapped[str] = mapped_column(Text)
+    written_at: Mapped[datetime | None] = _created()
+
+
+class Ledger1(_Ledger, Base):
+    __tablename__ = "chaos_ledger_1"
+
+
+class Ledger2(_Ledger, Base):
+    __tablename__ = "chaos_ledger_2"
+
+
+class Ledger3(_Ledger, Base):
+    __tablename__ = "chaos_ledger_3"
+
+
+class Ledger4(_Ledger, Base):
+    __tablename__ = "chaos_ledger_4"
+
+
+class Bulk(Base):
+    """Rows loaded before capture starts, so the full profile's snapshot is large (1M rows)."""
+
+    __tablename__ = "chaos_bulk"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    payload: Mapped[str] = mapped_column(Text)

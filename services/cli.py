@@ -6,6 +6,7 @@ import typer
 
 from services.api.cli import api_command
 from services.bench.cli import bench_command
+from services.chaos.cli import chaos_command
 from services.connector.cli import connector_app
 from services.connector.snapshot import capture_ops_app
 from services.db.cli import db_app
@@ -35,6 +36,7 @@ app.command("verify")(verify_command)
 app.command("api")(api_command)
 app.command("status")(status_command)
 app.command("bench")(bench_command)
+app.command("chaos")(chaos_command)
 
 if __name__ == "__main__":
     app()

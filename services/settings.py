@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.connector.slot_safety import DEFAULT_LAG_WARN_BYTES
 from services.versions import PROJECT_ROOT
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -53,6 +54,9 @@ class StackSettings(BaseSettings):
     cdc_password: SecretStr | None = None
     # Caps the WAL a stalled replication slot may pin (invalidates the slot instead of filling the disk).
     postgres_max_slot_wal_keep_size: str = "2GB"
+    # `tide status`, GET /status and /metrics warn when the slot holds more WAL than this (bytes):
+    # well before the cap above invalidates it (docs/reliability.md, Slot safety).
+    slot_lag_warn_bytes: int = Field(default=DEFAULT_LAG_WARN_BYTES, ge=0)
 
     redis_port: Port = 6379
     kafka_port: Port = 9092

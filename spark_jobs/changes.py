@@ -137,7 +137,8 @@ def _row(payload: Row | None, schema: dict[str, Any] | None) -> tuple[Row | None
         else:
             try:
                 row[column] = _converter(fields.get(column, {}))(value)
-            except (ValueError, TypeError, InvalidOperation) as exc:
+            # OverflowError: a date or time past Python's range (year 1-9999), e.g. an infinity.
+            except (ValueError, TypeError, InvalidOperation, OverflowError) as exc:
                 raise DecodeError(f"column {column}: cannot convert {str(value)[:80]!r}: {exc}") from exc
     return row, frozenset(unavailable)
 

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 from kafka import KafkaProducer
 
 
+# A dead letter must fit Kafka's default 1 MB request; a larger record's value stays out of it
+# (its origin topic, partition and offset still find it in the change topic).
+MAX_VALUE_BYTES = 512 * 1024
+
+
 @dataclass(frozen=True)
 class DeadLetter:
     stage: str  # "decode:<sink>" or "apply:<sink>"
@@ -26,6 +31,7 @@ class DeadLetter:
     value: bytes | None
 
     def encode(self) -> bytes:
+        fits = self.value is None or len(self.value) <= MAX_VALUE_BYTES
         return json.dumps(
             {
                 "stage": self.stage,
@@ -33,7 +39,9 @@ class DeadLetter:
                 "topic": self.topic,
                 "partition": self.partition,
                 "offset": self.offset,
-                "value": _text(self.value),
+                "value": _text(self.value) if fits else None,
+                **({} if fits else {"value_bytes": len(self.value), "value_omitted": "too large for the dead-letter "
+                                    "topic; read it from its origin topic, partition and offset"}),
                 "dead_at_ms": int(time.time() * 1000),
             }
         ).encode()

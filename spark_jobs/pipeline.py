@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark import inheritable_thread_target
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -260,7 +261,10 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
                     state.retry_at = now + state.backoff
                     state.backoff = min(state.backoff * 2, max_backoff_s)
         write_status(settings, supervised)
-        spark.streams.awaitAnyTermination(timeout=5)
+        try:
+            spark.streams.awaitAnyTermination(timeout=5)
+        except StreamingQueryException:
+            pass  # a query failed: the next pass records its error and restarts it with backoff
         spark.streams.resetTerminated()
 
 

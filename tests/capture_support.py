@@ -2,47 +2,23 @@
 
 from __future__ import annotations
 
-import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
-
+from services.chaos.observe import Delivered, read_to_end
 from services.settings import StackSettings
 from spark_jobs.changes import Change, decode, decode_key
 from spark_jobs.config import PipelineConfig
 
 
-@dataclass(frozen=True)
-class Record:
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
+# The chaos runner's reader serves the tests too: one way to read a topic to its end.
+Record = Delivered
 
 
 def read_topic(settings: StackSettings, topic: str, timeout: float = 30.0) -> list[Record]:
-    """All records from the beginning to the end offsets as of the call, in (partition, offset) order."""
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
-    try:
-        partitions = consumer.partitions_for_topic(topic) or set()
-        if not partitions:
-            return []  # not created yet: the connector creates topics on its first record
-        assignment = [TopicPartition(topic, p) for p in partitions]
-        consumer.assign(assignment)
-        ends = consumer.end_offsets(assignment)
-        consumer.seek_to_beginning(*assignment)
-        records: list[Record] = []
-        deadline = time.monotonic() + timeout
-        while any(consumer.position(tp) < end for tp, end in ends.items()):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"could not read {topic} to its end offsets within {timeout}s")
-            for tp, batch in consumer.poll(timeout_ms=500).items():
-                records += [Record(tp.partition, r.offset, r.key, r.value) for r in batch if r.offset < ends[tp]]
-        return sorted(records, key=lambda r: (r.partition, r.offset))
-    finally:
-        consumer.close()
+    """All records from the beginning to the end offsets as of the call, in (partition, offset) order;
+    fails after `timeout` seconds without progress."""
+    return read_to_end(settings, topic, timeout)
 
 
 def changes(settings: StackSettings, topic: str) -> list[tuple[Record, Change | None]]:

@@ -6,8 +6,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
 
 from services.settings import StackSettings
+from spark_jobs.config import PipelineConfig
 
 TIDE = (sys.executable, "-m", "services.cli")
 
@@ -30,3 +34,13 @@ def run_tide(settings: StackSettings, *args: str, fields: Iterable[str], timeout
     result = tide_result(settings, *args, fields=fields, timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
+
+
+def pipeline_env(pipeline: PipelineConfig, directory: Path) -> dict[str, str]:
+    """TIDE_* variables that point `tide` at the test stack and `pipeline` (written to `directory`)."""
+    from tests.conftest import TEST_STACK
+
+    path = directory / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(pipeline.model_dump(by_alias=True, mode="json")))
+    env = {f"TIDE_{name.upper()}": str(value) for name, value in TEST_STACK.items()}
+    return {**env, "TIDE_PIPELINE_FILE": str(path)}

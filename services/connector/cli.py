@@ -65,6 +65,7 @@ def restart() -> None:
     with user_errors():
         pipeline = capture.load_pipeline(settings)
         with ConnectApi(kafka.connect_url(settings)) as api:
+            registration.require_resumable(settings, api, pipeline)
             api.restart(pipeline.source.connector)
             registration.wait_running(api, pipeline.source.connector, 60.0)
     console.print(f"connector {pipeline.source.connector} restarted and running")

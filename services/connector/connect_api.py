@@ -67,6 +67,15 @@ class ConnectApi:
             raise ConnectError(f"Kafka Connect status of {name} answered {response.status_code}: {_message(response)}")
         return response.json()
 
+    def offsets(self, name: str) -> list[dict[str, Any]]:
+        """The source offsets Connect stores for a registered connector (where it resumes); [] if none."""
+        response = self._request("GET", f"/connectors/{name}/offsets")
+        if response.status_code == 404:
+            return []
+        if response.status_code != 200:
+            raise ConnectError(f"Kafka Connect offsets of {name} answered {response.status_code}: {_message(response)}")
+        return response.json().get("offsets", [])
+
     def restart(self, name: str) -> None:
         self._json("POST", f"/connectors/{name}/restart", ok=(200, 202, 204), params={"includeTasks": "true"})
 

@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 
 from migrations import capture
+from services.connector import slot_safety
 from services.connector.connect_api import ConnectApi, ConnectError
 from services.settings import StackSettings
 from services.stack import kafka, postgres
@@ -114,6 +115,7 @@ def apply(settings: StackSettings, pipeline: PipelineConfig, wait_s: float = 60.
     config = render_config(settings, pipeline)
     with ConnectApi(kafka.connect_url(settings)) as api:
         api.ping()
+        require_resumable(settings, api, pipeline)
         with psycopg.connect(postgres.conninfo(settings)) as conn:
             check_tables(conn, pipeline)
             problems = api.validate(config["connector.class"], config)
@@ -184,6 +186,18 @@ def slot_state(settings: StackSettings, slot: str) -> SlotState | None:
             (slot,),
         ).fetchone()
     return SlotState(slot, row[0], row[1], row[2]) if row else None
+
+
+def require_resumable(settings: StackSettings, api: ConnectApi, pipeline: PipelineConfig) -> None:
+    """Refuse to (re)start the connector where it could only resume with a gap: its slot was
+    invalidated, or its slot is gone while Connect still holds an offset to resume from (Debezium
+    would create a new slot at the current WAL position and skip every change in between)."""
+    source = pipeline.source
+    slot = slot_state(settings, source.slot)
+    if slot is not None and slot.wal_status == "lost":
+        raise StackError(slot_safety.lost_message(source.slot))
+    if slot is None and api.offsets(source.connector):
+        raise StackError(slot_safety.gone_message(source.slot, source.connector))
 
 
 def delete(settings: StackSettings, pipeline: PipelineConfig, drop_slot: bool = False) -> bool:

@@ -40,6 +40,7 @@ from migrations import capture
 from services.connector import topics
 from services.connector.connect_api import ConnectApi
 from services.console import console, load_settings, user_errors
+from services.db.cli import first_line
 from services.settings import StackSettings
 from services.stack import kafka, postgres
 from services.stack.service import StackError
@@ -145,14 +146,10 @@ def estimate_rows(settings: StackSettings, pipeline: PipelineConfig, table: str,
             conn.execute("SET statement_timeout = '60s'")
             return int(conn.execute(query).fetchone()[0])
     except psycopg.OperationalError as exc:
-        raise SnapshotError(f"cannot connect to PostgreSQL as {settings.cdc_user}: {_first_line(exc)}") from exc
+        raise SnapshotError(f"cannot connect to PostgreSQL as {settings.cdc_user}: {first_line(exc)}") from exc
     except psycopg.Error as exc:
         what = f"--where {where!r}" if where else f"counting {table}"
-        raise SnapshotError(f"{what} failed as {settings.cdc_user}: {_first_line(exc)}") from exc
-
-
-def _first_line(exc: Exception) -> str:
-    return (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+        raise SnapshotError(f"{what} failed as {settings.cdc_user}: {first_line(exc)}") from exc
 
 
 def require_running(settings: StackSettings, pipeline: PipelineConfig) -> None:

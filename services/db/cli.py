@@ -89,4 +89,7 @@ def database_errors(settings: StackSettings) -> Iterator[None]:
 
 
 def first_line(exc: BaseException | None) -> str:
-    return (str(exc).strip().splitlines() or ["(no message)"])[0]
+    """The first line of an error's message (drivers append hints and context lines), else its type."""
+    if exc is None:
+        return "(no message)"
+    return (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]

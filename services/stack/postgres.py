@@ -86,7 +86,6 @@ def command(settings: StackSettings) -> list[str]:
         "wal_level": "logical",
         "max_replication_slots": "10",
         "max_wal_senders": "10",
-        "max_slot_wal_keep_size": settings.postgres_max_slot_wal_keep_size,
         "wal_sender_timeout": "60s",
         "logging_collector": "off",
         "shared_buffers": "256MB",
@@ -114,8 +113,15 @@ def probe(settings: StackSettings) -> str:
 
 
 def on_ready(settings: StackSettings) -> None:
-    """Create the application database (initdb only makes `postgres`)."""
+    """Set the slot WAL cap and create the application database (initdb only makes `postgres`).
+
+    The cap goes through ALTER SYSTEM rather than the command line, which would outrank it: so it
+    can be raised on the running server (ALTER SYSTEM + pg_reload_conf()) while a stopped connector's
+    slot nears it (docs/reliability.md, Slot safety). Every start sets it back to the setting."""
     with psycopg.connect(conninfo(settings, "postgres"), autocommit=True) as conn:
+        keep = sql.Literal(settings.postgres_max_slot_wal_keep_size)
+        conn.execute(sql.SQL("ALTER SYSTEM SET max_slot_wal_keep_size = {}").format(keep))
+        conn.execute("SELECT pg_reload_conf()")
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (settings.postgres_db,)).fetchone()
         if not exists:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(settings.postgres_db)))

@@ -57,6 +57,12 @@ def _probe(settings: StackSettings, service: Service) -> tuple[bool, str]:
         return False, str(exc)
 
 
+def _why(settings: StackSettings, waiting: list[Service], last_answer: dict[str, str]) -> str:
+    return "; ".join(
+        f"{s.name}: {last_answer.get(s.name, 'not started')} (log: {log_file(settings, s)})" for s in waiting
+    )
+
+
 def _last_line(path: Path) -> str:
     try:
         lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
@@ -114,6 +120,8 @@ def start_and_wait(settings: StackSettings, services: list[Service], report: Rep
         ensure(settings, bundle)
 
     healthy: set[str] = set()
+    # The last probe answer per service: a time-out names why, not only who (e.g. the driver's own error).
+    last_answer: dict[str, str] = {}
     started: dict[str, process.Started] = {}
     for service in services:
         if existing := process.running(pid_file(settings, service)):
@@ -132,6 +140,7 @@ def start_and_wait(settings: StackSettings, services: list[Service], report: Rep
                 log = log_file(settings, service)
                 raise StackError(f"{service.name} exited during start-up: {_last_line(log)} (log: {log})")
             ok, detail = _probe(settings, service)
+            last_answer[service.name] = detail
             if ok:
                 service.on_ready(settings)
                 healthy.add(service.name)
@@ -139,8 +148,7 @@ def start_and_wait(settings: StackSettings, services: list[Service], report: Rep
         if len(healthy) < len(services):
             if time.monotonic() > deadline:
                 waiting = [s for s in services if s.name not in healthy]
-                names_logs = ", ".join(f"{s.name} (log: {log_file(settings, s)})" for s in waiting)
-                raise StackError(f"not healthy after {settings.startup_timeout_s:.0f}s: {names_logs}")
+                raise StackError(f"not healthy after {settings.startup_timeout_s:.0f}s: {_why(settings, waiting, last_answer)}")
             time.sleep(0.5)  # poll interval between health probes
 
 

@@ -67,13 +67,15 @@ def source_table(status: Status) -> Table:
     if not source.slot_found:
         table.add_row(f"slot {source.slot}", "[red]unknown[/]" if source.slot_found is None else "[red]absent[/]", "")
     else:
-        table.add_row(f"slot {source.slot}", "active" if source.slot_active else "[yellow]inactive[/]",
+        state = "active" if source.slot_active else "[yellow]inactive[/]"
+        table.add_row(f"slot {source.slot}", "[red]lost[/]" if source.slot_wal_status == "lost" else state,
                       f"lag {source.slot_lag_bytes} bytes, wal_status {source.slot_wal_status}")
     return table
 
 
 def problems_text(status: Status) -> str:
-    return "\n".join(f"[red]cannot read:[/red] {problem}" for problem in status.problems)
+    lines = [f"[yellow]warning:[/yellow] {warning}" for warning in status.source.warnings]
+    return "\n".join([*lines, *(f"[red]cannot read:[/red] {problem}" for problem in status.problems)])
 
 
 def render(status: Status) -> Group:

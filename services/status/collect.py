@@ -85,6 +85,7 @@ def source_figures(settings: StackSettings, pipeline: PipelineConfig, problems: 
         slot_active=slot.active if slot else None,
         slot_lag_bytes=slot.lag_bytes if slot else None,
         slot_wal_status=slot.wal_status if slot else None,
+        slot_lag_warn_bytes=settings.slot_lag_warn_bytes,
     )
 
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from services.connector.slot_safety import DEFAULT_LAG_WARN_BYTES, slot_warnings
 # The driver rewrites its report every few seconds; older than this, it is not running.
 REPORT_STALE_S = 30.0
 
@@ -65,10 +66,16 @@ class SourceFigures:
     slot_active: bool | None  # None: the slot does not exist or PostgreSQL did not answer
     slot_lag_bytes: int | None  # WAL the slot still holds: current WAL position minus confirmed_flush_lsn
     slot_wal_status: str | None
+    slot_lag_warn_bytes: int = DEFAULT_LAG_WARN_BYTES  # TIDE_SLOT_LAG_WARN_BYTES
 
     @property
     def connector_running(self) -> bool:
         return self.connector_state == "RUNNING" and all(task.state == "RUNNING" for task in self.tasks)
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """One line per slot condition that needs action (lost, unreserved, lag over the threshold)."""
+        return slot_warnings(self.slot, self.slot_wal_status, self.slot_lag_bytes, self.slot_lag_warn_bytes)
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,7 @@ def to_json(status: Status) -> dict[str, Any]:
         "driver_report_age_s": status.driver_report_age_s,
         "problems": list(status.problems),
         "source": {**asdict(status.source), "connector_running": status.source.connector_running},
+        "warnings": list(status.source.warnings),
         "sinks": [
             {
                 "sink": sink.sink,

@@ -75,6 +75,17 @@ def _source_metrics(status: Status) -> Iterator[GaugeMetricFamily]:
                      "the position the connector confirmed", ["slot"])
         lag.add_metric([source.slot], source.slot_lag_bytes)
         yield lag
+    if source.slot_found:
+        threshold = _gauge("replication_slot_lag_warn_bytes", "TIDE_SLOT_LAG_WARN_BYTES: the slot lag past which "
+                           "the status warns", ["slot"])
+        threshold.add_metric([source.slot], source.slot_lag_warn_bytes)
+        lost = _gauge("replication_slot_lost", "1 when PostgreSQL invalidated the slot (wal_status lost): "
+                      "re-snapshot, see docs/reliability.md", ["slot"])
+        lost.add_metric([source.slot], 1.0 if source.slot_wal_status == "lost" else 0.0)
+        yield from (threshold, lost)
+    warnings = _gauge("status_warnings", "Conditions needing action (GET /status warnings)", [])
+    warnings.add_metric([], len(source.warnings))
+    yield warnings
     if status.driver_report_age_s is not None:
         report = _gauge("driver_report_age_seconds", "Age of the jobs driver's last report (status.json)", [])
         report.add_metric([], status.driver_report_age_s)

@@ -17,10 +17,12 @@ and a MERGE whose guard matches no row adds no commit on tables with deletion ve
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Context, Decimal
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column
@@ -261,6 +263,18 @@ def _encode(change: Change, plan: _TablePlan) -> tuple[tuple[Any, ...] | None, R
 # ---------------------------------------------------------------- driver side
 
 
+def remove_uncommitted_log(path: str) -> None:
+    """Remove a `_delta_log` folder that holds no commit. A driver killed while creating a table leaves
+    one behind (seen: only `_staged_commits/`); Delta then takes the folder for an existing table that
+    it cannot load (DELTA_TABLE_NOT_FOUND) on every retry. Nothing was committed, so nothing is lost.
+    Local folders only: the warehouse is a local path in this stack."""
+    log = Path(path) / "_delta_log"
+    if "://" in path or not log.is_dir():
+        return
+    if not any(log.glob("*.json")) and not any(log.glob("*.checkpoint*")):
+        shutil.rmtree(log)
+
+
 def _delta() -> type[DeltaTable]:
     """delta-spark's Python API, imported on the driver only: executors import this module to run
     `_encode` and may have the Delta jar but not the `delta` Python package."""
@@ -306,6 +320,7 @@ def stored_schema(spark: SparkSession, path: str) -> dict[str, DataType] | None:
 def create_table(spark: SparkSession, path: str, schema: StructType, properties: dict[str, str] | None = None) -> None:
     """Create the Delta table at `path` if missing, with deletion vectors (so a MERGE that changes
     nothing commits nothing) and the given extra properties."""
+    remove_uncommitted_log(path)
     builder = _delta().createIfNotExists(spark).location(path).addColumns(schema)
     for key, value in (TABLE_PROPERTIES | (properties or {})).items():
         builder = builder.property(key, value)
@@ -371,6 +386,7 @@ class DeltaSink:
 
         spark = SparkSession.active()
         for path, schema in ((self.tombstones_path, _TOMBSTONES_SCHEMA), (self.truncates_path, _TRUNCATES_SCHEMA)):
+            remove_uncommitted_log(path)
             _delta().createIfNotExists(spark).location(path).addColumns(schema).execute()
         self.windows.setup(spark)
 

@@ -8,14 +8,17 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import psycopg
+import redis
 import yaml
+from kafka import KafkaProducer
 
 from services.demo import workload
 from services.settings import StackSettings
-from services.jobs import driver, lag
+from services.jobs import dlq, driver, lag
 from services.stack import postgres, process, runner
 from services.verify import Outcome, reconcile_views, verify
 from spark_jobs.config import PipelineConfig
@@ -134,3 +137,23 @@ def converged(settings, pipeline, spark, timeout=None, tables=None, sinks=SINKS)
         divergences = [d for outcome in last for d in outcome.divergences]
         raise AssertionError(f"{exc}; divergences: {divergences[:10]}") from None
     return list(last)
+
+
+def dead_lettered_by_every_sink(stack: StackSettings, topic: str, key: bytes, value: bytes, what: str) -> list[dict]:
+    """Produce a record the jobs must refuse into `topic`, insert a customer after it and wait until
+    the cache has that row (the pipeline went on past the record); return each sink's dead letter of it."""
+    producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap)
+    stray = producer.send(topic, key=key, value=value).get(timeout=30)
+    producer.close()
+    with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
+        after = conn.execute("INSERT INTO customers (email, name) VALUES (%s, %s) RETURNING id",
+                             (f"{uuid.uuid4().hex}@after.test", f"after the {what}")).fetchone()[0]
+    cache = redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB)
+    wait_until(lambda: cache.exists(f"customers:{after}"), 90, f"the change after the {what} applied")
+
+    def dead_letters() -> list[dict] | None:
+        letters = [d for d in dlq.read_letters(stack, "tideline.dlq")
+                   if d["topic"] == topic and d["partition"] == stray.partition and d["offset"] == stray.offset]
+        return letters if {letter["stage"] for letter in letters} == {f"decode:{sink}" for sink in SINKS} else None
+
+    return wait_until(dead_letters, 90, f"each sink's dead letter of the {what}")

@@ -20,14 +20,14 @@ import redis
 from kafka import KafkaProducer
 
 from services.connector import snapshot
-from services.jobs import dlq, driver, lag
+from services.jobs import driver, lag
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from spark_jobs.config import PipelineConfig
 from spark_jobs.merge import doc_id
 from spark_jobs.settings import SINKS
 from tests.capture_support import read_topic
-from tests.e2e.support import CONVERGE_S, REDIS_DB, Workload, caught_up, clean, converged, kill_9_driver, tide
+from tests.e2e.support import CONVERGE_S, REDIS_DB, Workload, caught_up, clean, converged, dead_lettered_by_every_sink, kill_9_driver, tide
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
@@ -138,21 +138,8 @@ def test_a_new_column_reaches_every_sink_without_a_restart(run, spark, stack):
 
 def test_malformed_message_goes_to_the_dead_letter_topic_and_later_changes_still_apply(run, spark, stack):
     jobs, pipeline, _ = run
-    topic = pipeline.topic("customers")
-    producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap)
-    bad = producer.send(topic, key=b'{"payload": {"id": -1}}', value=b"{this is not json").get(timeout=30)
-    producer.close()
-    with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
-        key = conn.execute("INSERT INTO customers (email, name) VALUES (%s, 'after bad') RETURNING id",
-                           (f"{uuid.uuid4().hex}@after.test",)).fetchone()[0]
-    cache = redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB)
-    wait_until(lambda: cache.exists(f"customers:{key}"), 90, "the change after the bad record applied")
-
-    def dead_letters():
-        letters = [d for d in dlq.read_letters(stack, "tideline.dlq") if d["topic"] == topic and d["offset"] == bad.offset]
-        return letters if {letter["stage"] for letter in letters} == {"decode:search", "decode:cache", "decode:warehouse"} else None
-
-    letters = wait_until(dead_letters, 90, "each sink's dead letter of the malformed record")
+    letters = dead_lettered_by_every_sink(stack, pipeline.topic("customers"), b'{"payload": {"id": -1}}',
+                                          b"{this is not json", "malformed record")
     assert "not JSON" in letters[0]["reason"]
     status = [[cell.strip() for cell in line.split("│")[1:-1]] for line in tide(jobs, "jobs", "status").splitlines()]
     dead_letters_by_sink = {row[0]: int(row[3]) for row in status if row and row[0] in SINKS}

@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.api.app import create_app
 from services.settings import StackSettings
 from services.stack import postgres, runner
-from tests.e2e.support import TIDE, tide, tide_env
+from tests import tide_cli
+from tests.e2e.support import E2E_FIELDS, TIDE, tide, tide_env
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
@@ -126,6 +127,12 @@ def test_stopping_connect_shows_the_connector_down_and_the_slot_lag_growing_then
         rows = _cli_rows(jobs, "status")
         assert rows[f"connector {pipeline.source.connector}"][1] == "unreachable"
         assert rows[f"slot {pipeline.source.slot}"][1] == "inactive"
+        assert _status(api)["warnings"] == []  # far below the default threshold
+        # With the threshold below the lag, `tide status` warns, naming the slot and the setting.
+        warned = tide_cli.run_tide(jobs.model_copy(update={"slot_lag_warn_bytes": first_lag}), "status",
+                                   fields=(*E2E_FIELDS, "slot_lag_warn_bytes"))
+        warning = " ".join(warned[warned.index("warning:"):].split())
+        assert f"replication slot {pipeline.source.slot} holds" in warning and "TIDE_SLOT_LAG_WARN_BYTES" in warning
     finally:
         runner.up(stack, ["connect"])
 

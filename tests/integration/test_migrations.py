@@ -26,6 +26,7 @@ from tests.conftest import stack_ports
 
 DEMO_TABLES = {"customers", "products", "orders", "order_items"}
 SUPPORT_TABLES = {"debezium_signal", "tideline_heartbeat"}
+CHAOS_TABLES = {"chaos_ledger_1", "chaos_ledger_2", "chaos_ledger_3", "chaos_ledger_4", "chaos_bulk"}  # 0003
 PORTS = stack_ports(2, shift=20)
 
 
@@ -83,7 +84,7 @@ def _primary_key(conn: psycopg.Connection, table: str) -> list[str]:
 
 
 def test_head_creates_the_demo_schema(db: psycopg.Connection):
-    assert _tables(db) == DEMO_TABLES | SUPPORT_TABLES
+    assert _tables(db) == DEMO_TABLES | SUPPORT_TABLES | CHAOS_TABLES
     assert {t: _primary_key(db, t) for t in DEMO_TABLES} == {
         "customers": ["id"],
         "products": ["id"],
@@ -201,8 +202,8 @@ def test_downgrade_to_base_removes_everything_and_upgrade_again_works(db: psycop
     assert db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (pg.cdc_user,)).fetchone() is None
 
     migrations.upgrade(pg)
-    assert migrations.current(pg) == migrations.head() == "0002"
-    assert _tables(db) == DEMO_TABLES | SUPPORT_TABLES
+    assert migrations.current(pg) == migrations.head() == "0003"
+    assert _tables(db) == DEMO_TABLES | SUPPORT_TABLES | CHAOS_TABLES
     with psycopg.connect(_cdc_conninfo(pg)) as cdc:
         assert cdc.execute("SELECT count(*) FROM orders").fetchone()[0] == 0
 
@@ -228,7 +229,7 @@ def test_cli_migrate_and_current(pg: StackSettings, monkeypatch: pytest.MonkeyPa
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(app, ["db", "current"])
     assert result.exit_code == 0, result.output
-    assert "at revision 0002 (head)" in result.output
+    assert "at revision 0003 (head)" in result.output
 
 
 def test_cli_names_an_unreachable_postgres_in_one_line(pg: StackSettings, monkeypatch: pytest.MonkeyPatch):

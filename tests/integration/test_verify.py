@@ -35,7 +35,7 @@ from typer.testing import CliRunner
 
 from services.cli import app
 from services.settings import StackSettings
-from services.stack import elasticsearch, jars, postgres
+from services.stack import elasticsearch, postgres
 from services.verify import Divergence, verify
 from spark_jobs.changes import Change, ColumnType
 from spark_jobs.config import CacheView, PipelineConfig, SearchView, TableConfig, WarehouseView, load
@@ -171,19 +171,6 @@ def _quoted(row_id: str) -> str:
 def _json_text(value: Any, ctype: ColumnType) -> Any:
     # The warehouse keeps jsonb as JSON text (docs/sinks/delta.md).
     return json.dumps(value, ensure_ascii=False) if ctype.name == "JSONB" and value is not None else value
-
-
-@pytest.fixture(scope="module")
-def spark(stack: StackSettings) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    from spark_jobs.session import build_session
-
-    existing = SparkSession.getActiveSession()
-    session = existing or build_session("tideline-test-verify", jars.bundle_dir(stack, "spark"), master="local[1]")
-    yield session
-    if existing is None:
-        session.stop()
 
 
 @pytest.fixture(scope="module")

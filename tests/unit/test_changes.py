@@ -91,3 +91,21 @@ def test_a_value_that_does_not_fit_its_declared_type_is_a_decode_error():
     record["payload"]["after"]["price"] = "twelve"
     with pytest.raises(DecodeError, match="column price"):
         decode("tideline.public.products", b'{"id": 1}', json.dumps(record).encode())
+
+
+@pytest.mark.parametrize(
+    ("column", "schema", "value"),
+    [
+        ("at_local", {"type": "int64", "name": "io.debezium.time.MicroTimestamp"}, 9223372036825200000),
+        ("born", {"type": "int32", "name": "io.debezium.time.Date"}, 2147483647),
+        ("at_tz", {"type": "string", "name": "io.debezium.time.ZonedTimestamp"}, "infinity"),
+    ],
+)
+def test_a_date_or_time_out_of_pythons_range_is_a_decode_error_not_a_crash(column, schema, value):
+    """PostgreSQL's infinity (and years past 9999) cannot be a Python date: dead-lettered with the reason."""
+    record = json.loads(RECORDS["products_insert"]["value"])
+    after_schema = next(f for f in record["schema"]["fields"] if f["field"] == "after")
+    after_schema["fields"].append({**schema, "optional": True, "field": column})
+    record["payload"]["after"][column] = value
+    with pytest.raises(DecodeError, match=f"column {column}: cannot convert"):
+        decode("tideline.public.products", b'{"id": 1}', json.dumps(record).encode())
