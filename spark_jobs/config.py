@@ -279,6 +279,14 @@ class PipelineConfig(_Strict):
     def history_tables(self) -> list[str]:
         return [t for t, views in self.tables.items() if views.warehouse is not None and views.warehouse.history]
 
+    def windowed_tables(self) -> list[str]:
+        return [t for t in self.tables if any(view.table == t for view in self.windows.values())]
+
+    def analytics_tables(self) -> list[str]:
+        """The tables the warehouse's derived tables are built from: with history, or under a window view."""
+        derived = {*self.history_tables(), *self.windowed_tables()}
+        return [t for t in self.tables if t in derived]
+
     @model_validator(mode="after")
     def _aggregates_match_the_schema(self) -> PipelineConfig:
         try:

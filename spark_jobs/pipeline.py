@@ -48,12 +48,18 @@ def make_sink(name: SinkName, settings: JobSettings, pipeline: PipelineConfig) -
         from spark_jobs.sinks.redis import RedisSink
 
         return RedisSink(settings.redis_url, pipeline)
+    if name == "analytics":
+        from spark_jobs.sinks.delta_analytics import AnalyticsSink
+
+        return AnalyticsSink(str(settings.warehouse_dir), pipeline)
     from spark_jobs.sinks.delta import DeltaSink
 
     return DeltaSink(str(settings.warehouse_dir), pipeline)
 
 
 def tables_with_view(pipeline: PipelineConfig, sink: SinkName) -> list[str]:
+    if sink == "analytics":
+        return pipeline.analytics_tables()
     return [table for table, views in pipeline.tables.items() if getattr(views, VIEW_OF_SINK[sink]) is not None]
 
 
@@ -139,8 +145,9 @@ class BatchWriter:
             if not history:
                 self._apply(batch.sparkSession, truncates, rows, batch_id)
                 return
-            # History is written beside the current state, not after it: its tables are its own,
-            # and much of a small batch's time is on the driver (Delta logs, commits), which overlaps.
+            # History is written beside the batch's other tables (the analytics query's windows),
+            # not after them: its tables are its own, and much of a small batch's time is on the
+            # driver (Delta logs, commits), which overlaps.
             # `changes` is cached by now (the collect above), so the two never decode a record twice.
             with ThreadPoolExecutor(max_workers=1) as beside:
                 pending = beside.submit(inheritable_thread_target(history), batch.sparkSession, changes, batch_id)
@@ -203,7 +210,9 @@ def build_query(
         .foreachBatch(writer)
         .option("checkpointLocation", str(checkpoint or settings.checkpoint_dir / sink))
     )
-    interval = settings.warehouse_trigger_interval if sink == "warehouse" else settings.trigger_interval
+    # Delta's queries run fewer, larger batches (a fixed cost per commit); the others the short interval.
+    delta_intervals = {"warehouse": settings.warehouse_trigger_interval, "analytics": settings.analytics_trigger_interval}
+    interval = delta_intervals.get(sink, settings.trigger_interval)
     trigger = {"availableNow": True} if available_now else {"processingTime": interval}
     return stream.trigger(**trigger).start()
 

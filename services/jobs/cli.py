@@ -44,7 +44,7 @@ def status() -> None:
     console.print(status_view.sinks_table(status_view.read(load_settings())))
 
 
-SinkArgument = Annotated[str, typer.Argument(help="search, cache or warehouse")]
+SinkArgument = Annotated[str, typer.Argument(help=", ".join(SINKS[:-1]) + " or " + SINKS[-1])]
 
 
 def _check_sink(sink: str) -> None:

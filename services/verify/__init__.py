@@ -126,7 +126,7 @@ def reconcile_views(
         settings, es_url=es_url, redis_url=redis_url, warehouse_dir=warehouse_dir, redis_prefix=redis_prefix
     )
     plan = selection(pipeline, tables, sinks)
-    needs_spark = any("warehouse" in wanted for _, wanted in plan)
+    needs_spark = any({"warehouse", "analytics"} & set(wanted) for _, wanted in plan)
     outcomes: list[Outcome] = []
     with (
         _spark(targets, spark, needs_spark) as session,
@@ -140,19 +140,21 @@ def reconcile_views(
             buckets = bucket_count(estimate)
             source = spill(_source_pairs(conn, canon), Path(scratch) / table / "source", buckets)
             for sink in wanted:
-                pairs = _sink_pairs(sink, canon, targets, pipeline, session)
-                spilled = spill(pairs, Path(scratch) / table / sink, buckets)
-                found = [_outcome(table, sink, source, spilled, examples)]
-                spilled.remove()
-                if sink == "warehouse" and table in pipeline.history_tables():
-                    found.append(_history_outcome(canon, source, targets, session, Path(scratch), examples))
+                if sink == "analytics":  # its tables of this table: the history (windows: below)
+                    found = [_history_outcome(canon, source, targets, session, Path(scratch), examples)
+                             ] if table in pipeline.history_tables() else []
+                else:
+                    pairs = _sink_pairs(sink, canon, targets, pipeline, session)
+                    spilled = spill(pairs, Path(scratch) / table / sink, buckets)
+                    found = [_outcome(table, sink, source, spilled, examples)]
+                    spilled.remove()
                 for outcome in found:
                     outcomes.append(outcome)
                     if on_outcome:
                         on_outcome(outcome)
             source.remove()
         for name, view in pipeline.windows.items():
-            if any(table == view.table and "warehouse" in wanted for table, wanted in plan):
+            if any(table == view.table and "analytics" in wanted for table, wanted in plan):
                 outcome = _windows_outcome(conn, session, targets, pipeline, name, view, examples)
                 outcomes.append(outcome)
                 if on_outcome:

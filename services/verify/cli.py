@@ -27,6 +27,7 @@ class SinkChoice(enum.StrEnum):
     search = "search"
     cache = "cache"
     warehouse = "warehouse"
+    analytics = "analytics"  # the warehouse's history and window tables
 
 
 def verify_command(

@@ -73,7 +73,10 @@ class BatchSink(Protocol):
         """Apply one micro-batch (an RDD of the newest change per row; never collected to the driver).
         Idempotent for a replayed batch_id. Returns the (few) changes it could not apply."""
 
-    # Optional: a sink that has it (the Delta sink, for SCD2 history) is also called, after
+    def folders(self) -> list[str]:
+        """Every folder the sink writes: `tide rebuild` clears them before its query replays the topics."""
+
+    # Optional: a sink that has it (the analytics sink, for SCD2 history) is also called, beside
     # `write_batch`, with every decoded change of the batch before the newest-per-row reduction:
     # def write_history(self, spark, changes: RDD[Change], batch_id: int) -> list[Rejected]
 

@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
 
+    from spark_jobs.sinks.delta_windows import DeltaWindows
+
 # ---------------------------------------------------------------- types
 
 _SCALARS: dict[str, DataType] = {
@@ -358,15 +360,15 @@ class DeltaSink:
 
     name = "warehouse"
 
-    def __init__(self, warehouse_dir: str, pipeline: PipelineConfig) -> None:
+    def __init__(self, warehouse_dir: str, pipeline: PipelineConfig, windows: DeltaWindows | None = None) -> None:
         self.warehouse_dir = warehouse_dir.rstrip("/")
         self.tables = frozenset(t for t, views in pipeline.tables.items() if views.warehouse is not None)
-        # Imported here: those modules build on this one's encoding and MERGE helpers.
-        from spark_jobs.sinks.delta_history import DeltaHistory
+        # Imported here: that module builds on this one's encoding and MERGE helpers.
         from spark_jobs.sinks.delta_windows import DeltaWindows
 
-        self.history = DeltaHistory(self.warehouse_dir, pipeline.history_tables())
-        self.windows = DeltaWindows(self.warehouse_dir, pipeline.windows)
+        # Window tables refreshed from these tables after each MERGE (the analytics query's copy,
+        # `spark_jobs/sinks/delta_analytics.py`); none for the warehouse's current state.
+        self.windows = windows if windows is not None else DeltaWindows(self.warehouse_dir, {})
 
     def path(self, table: str) -> str:
         return f"{self.warehouse_dir}/{table}"
@@ -379,6 +381,10 @@ class DeltaSink:
     def truncates_path(self) -> str:
         return f"{self.warehouse_dir}/_tideline/truncates"
 
+    def folders(self) -> list[str]:
+        """Every folder this sink writes (`tide rebuild warehouse` clears them)."""
+        return [*(self.path(table) for table in sorted(self.tables)), self.tombstones_path, self.truncates_path]
+
     def setup(self, pipeline: PipelineConfig) -> None:
         """Called once on the driver before the first batch: creates the bookkeeping tables if missing.
         Row tables are created by the first batch that has their column types. Idempotent."""
@@ -389,11 +395,6 @@ class DeltaSink:
             remove_uncommitted_log(path)
             _delta().createIfNotExists(spark).location(path).addColumns(schema).execute()
         self.windows.setup(spark)
-
-    def write_history(self, spark: SparkSession, changes: RDD[Change], batch_id: int) -> list[Rejected]:
-        """Every decoded change of the batch (before the newest-per-row reduction) into the SCD2
-        history tables: `spark_jobs/sinks/delta_history.py`."""
-        return self.history.write(spark, changes)
 
     def write_batch(self, spark: SparkSession, changes: RDD[Change], batch_id: int) -> list[Rejected]:
         """Apply one micro-batch: truncates first, then one MERGE per table. Reads `changes` once per

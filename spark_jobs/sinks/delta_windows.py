@@ -1,11 +1,12 @@
-"""Event-time window tables: sum(value) and count(*) per window of a table's rows, from the warehouse's
-current-state table, with a watermark and recorded late changes (docs/sinks/delta.md).
+"""Event-time window tables: sum(value) and count(*) per window of a table's rows, from a current-state
+table of it (the analytics query's own copy, spark_jobs/sinks/delta_analytics.py), with a watermark
+and recorded late changes (docs/sinks/delta.md).
 
 What the figures mean: the rows as they are now (the current state), not the first image of each row.
 A change data capture stream carries edits and deletes, which an append-only streaming aggregation
 (Spark's withWatermark + window) cannot retract; and the demo's order is inserted with total 0 and
-given its total by an update in the same transaction. So the warehouse query, after MERGEing a table,
-recomputes the windows that are still open from that table, and the watermark decides which are open:
+given its total by an update in the same transaction. So the analytics query, after MERGEing its copy
+of a table, recomputes the windows that are still open from it, and the watermark decides which are open:
 
 - watermark = the newest event time the table has held, minus `allowed_lateness_seconds`; it never
   goes back (kept in `_tideline/window_watermarks`), and a batch uses the one left by the batches
@@ -46,7 +47,7 @@ _WATERMARKS_SCHEMA = StructType([StructField("view", StringType()), StructField(
 
 
 class DeltaWindows:
-    """The window tables of one warehouse, refreshed by `DeltaSink` after each MERGE of their table."""
+    """The window tables of one warehouse, refreshed by a `DeltaSink` after each MERGE of their table."""
 
     def __init__(self, warehouse_dir: str, views: dict[str, WindowView]) -> None:
         self.warehouse_dir = warehouse_dir

@@ -25,6 +25,7 @@ from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from spark_jobs.config import PipelineConfig
 from spark_jobs.merge import doc_id
+from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
 from tests.capture_support import read_topic
 from tests.e2e.support import CONVERGE_S, REDIS_DB, Workload, caught_up, clean, converged, dead_lettered_by_every_sink, kill_9_driver, tide
@@ -100,16 +101,16 @@ def test_deleted_row_is_not_resurrected_by_a_replayed_older_change(run, spark, s
     producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap)
     replayed = producer.send(topic, key=create.key, value=create.value, partition=create.partition).get(timeout=30)
     producer.close()
-    wait_until(lambda: _all_sinks_past(jobs, topic, create.partition, replayed.offset), 120, "every sink past the replay")
+    wait_until(lambda: _all_sinks_past(jobs, pipeline, topic, create.partition, replayed.offset), 120, "every sink past the replay")
     assert clean(jobs, pipeline, spark, tables=["customers"])
     cache = redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB)
     assert not cache.exists(f"customers:{doc_id({'id': key})}")
 
 
-def _all_sinks_past(jobs: StackSettings, topic: str, partition: int, offset: int) -> bool:
+def _all_sinks_past(jobs: StackSettings, pipeline: PipelineConfig, topic: str, partition: int, offset: int) -> bool:
     return all(
         lag.committed_offsets(jobs.state_dir / "checkpoints" / sink).get(topic, {}).get(partition, 0) > offset
-        for sink in ("search", "cache", "warehouse")
+        for sink in SINKS if topic in {pipeline.topic(t) for t in tables_with_view(pipeline, sink)}
     )
 
 

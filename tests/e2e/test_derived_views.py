@@ -30,7 +30,7 @@ from spark_jobs.config import history_table, load
 from spark_jobs.event_windows import window_starts
 from spark_jobs.settings import SINKS
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
-from tests.e2e.support import CONVERGE_S, Workload, converged, kill_9_driver, tide_result, write_pipeline
+from tests.e2e.support import CONVERGE_S, Workload, caught_up, converged, kill_9_driver, tide, tide_result, write_pipeline
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
@@ -128,12 +128,12 @@ def test_every_derived_view_converges_and_history_holds_each_version_once_throug
         _install_audit(conn)
         installed_us = conn.execute("SELECT (extract(epoch FROM now()) * 1e6)::bigint").fetchone()[0]
     try:
-        commits = jobs.state_dir / "checkpoints" / "warehouse" / "commits"
+        commits = jobs.state_dir / "checkpoints" / "analytics" / "commits"  # the query writing history
         done_before = _last_batch(commits)
         writer = Workload(stack, seed=21)
         writer.start()
         wait_until(lambda: writer.done >= 150 and _last_batch(commits) > done_before, CONVERGE_S,
-                   "writes, and a warehouse batch of them, before the kill")
+                   "writes, and an analytics batch of them, before the kill")
         kill_9_driver(jobs)
         for sink in SINKS:
             _replay_last_batch(jobs.state_dir / "checkpoints" / sink)
@@ -225,6 +225,27 @@ def test_late_orders_are_recorded_apart_and_on_time_orders_move_their_window(run
 
 def _pair(row) -> tuple | None:
     return None if row is None else (row["value_sum"], row["row_count"])
+
+
+def _created_at(table: Path) -> float:
+    """When the Delta table at `table` was created: its first commit's modification time."""
+    return (table / "_delta_log" / f"{0:020d}.json").stat().st_mtime
+
+
+def test_tide_rebuild_analytics_rebuilds_history_and_windows_from_the_topics_and_keeps_the_current_state(
+    run, spark, stack
+):
+    jobs, pipeline, first = run
+    first.finish()
+    warehouse = jobs.state_dir / "warehouse"
+    rebuilt = [warehouse / history_table(table) for table in pipeline.history_tables()] + [warehouse / "order_revenue"]
+    kept = [warehouse / table for table in pipeline.tables]
+    caught_up(jobs, pipeline, CONVERGE_S, sinks=["warehouse", "analytics"])  # every table exists
+    created = {table: _created_at(table) for table in rebuilt + kept}
+    tide(jobs, "rebuild", "analytics")
+    converged(jobs, pipeline, spark, sinks=["analytics"])  # history and windows equal PostgreSQL again
+    assert all(_created_at(table) > created[table] for table in rebuilt), "history and windows were built anew"
+    assert all(_created_at(table) == created[table] for table in kept), "the current state is not analytics' to clear"
 
 
 def test_a_window_on_an_unknown_column_stops_tide_jobs_start_with_one_line(stack, tmp_path):

@@ -19,6 +19,7 @@ from spark_jobs.event_windows import aggregate
 from spark_jobs.merge import newest_per_row
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta import DeltaSink
+from spark_jobs.sinks.delta_analytics import AnalyticsSink
 
 pytestmark = pytest.mark.stack
 
@@ -237,8 +238,8 @@ DERIVED = PipelineConfig(
 
 
 @pytest.fixture
-def derived(tmp_path_factory: pytest.TempPathFactory, spark) -> DeltaSink:
-    sink = DeltaSink(str(tmp_path_factory.mktemp("derived")), DERIVED)
+def derived(tmp_path_factory: pytest.TempPathFactory, spark) -> AnalyticsSink:
+    sink = AnalyticsSink(str(tmp_path_factory.mktemp("derived")), DERIVED)
     sink.setup(DERIVED)
     return sink
 
@@ -247,12 +248,12 @@ def committed(seq, commit: datetime, c: Change) -> Change:
     return replace(c, sequence=seq, commit_ts_ms=int(commit.timestamp() * 1000))
 
 
-def history(spark, sink: DeltaSink, table: str = "products") -> list[dict]:
+def history(spark, sink: AnalyticsSink, table: str = "products") -> list[dict]:
     frame = spark.read.format("delta").load(sink.history.path(table))
     return [r.asDict() for r in frame.orderBy("id", VERSION_MAJOR, VERSION_MINOR).collect()]
 
 
-def write_all(spark, sink: DeltaSink, changes: list[Change], batch_id: int) -> list:
+def write_all(spark, sink: AnalyticsSink, changes: list[Change], batch_id: int) -> list:
     """What the pipeline does per batch: newest per row to write_batch, every change to write_history."""
     rdd = spark.sparkContext.parallelize(changes, 1)  # a row's changes share a partition, as Kafka keys them
     return sink.write_batch(spark, rdd.mapPartitions(newest_per_row), batch_id) + sink.write_history(spark, rdd, batch_id)
@@ -298,13 +299,13 @@ def order(seq, key, total, created: datetime | None, op="u") -> Change:
     return change("orders", seq, op, {"id": key}, after, ORDER_TYPES)
 
 
-def window_figures(spark, sink: DeltaSink) -> dict:
+def window_figures(spark, sink: AnalyticsSink) -> dict:
     frame = spark.read.format("delta").load(sink.windows.path("revenue"))
     return {(r["window_size_seconds"], r["window_slide_seconds"], r["window_start"].replace(tzinfo=UTC)):
             (r["value_sum"], r["row_count"]) for r in frame.collect()}
 
 
-def late_deltas(spark, sink: DeltaSink) -> dict:
+def late_deltas(spark, sink: AnalyticsSink) -> dict:
     path = sink.windows.path("revenue_late")
     from delta.tables import DeltaTable
 

@@ -119,6 +119,20 @@ def test_the_demo_pipeline_declares_history_and_windows():
     assert [(w.size_seconds, w.slide) for w in view.windows] == [(60, 60), (300, 60)]
 
 
+def test_the_analytics_query_reads_the_history_and_windowed_tables_and_owns_folders_apart_from_the_warehouse():
+    from spark_jobs.pipeline import tables_with_view
+    from spark_jobs.sinks.delta import DeltaSink
+    from spark_jobs.sinks.delta_analytics import AnalyticsSink
+
+    pipeline = load(PIPELINE)
+    assert tables_with_view(pipeline, "analytics") == ["customers", "products", "orders"]
+    warehouse, analytics = DeltaSink("/w", pipeline).folders(), AnalyticsSink("/w", pipeline).folders()
+    assert not set(warehouse) & set(analytics), "a rebuild of one must not clear the other's tables"
+    named = {folder.removeprefix("/w/") for folder in warehouse + analytics}
+    assert set(pipeline.warehouse_tables()) <= named, "every table the API serves is cleared by one rebuild"
+    assert {folder.removeprefix("/w/") for folder in analytics} >= {"customers_history", "order_revenue_late"}
+
+
 def test_a_window_on_an_unknown_table_is_one_line_naming_the_tables(tmp_path):
     path = _with_windows(tmp_path, ("table: orders", "table: ordrs"))
     with pytest.raises(PipelineConfigError) as error:
