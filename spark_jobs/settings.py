@@ -49,7 +49,11 @@ class JobSettings(BaseSettings):
     # nothing waits on them within seconds: fewer, larger batches leave the 2 cores to the others.
     analytics_trigger_interval: Annotated[str, Field(pattern=r"^\d+ (milliseconds|seconds|minutes)$")] = "30 seconds"
     max_offsets_per_trigger: int = Field(default=20_000, ge=1)
-    # None = let spark-submit's --master decide (cluster runs); local[2] for the local stack.
-    master: str | None = "local[2]"
+    # None = let spark-submit's --master decide (cluster runs). Locally, 4 task slots on the
+    # machine's 2 cores: FAIR pools never preempt a running task, so with 2 slots the analytics
+    # query's long tasks took both, and each of the warehouse's many short jobs waited for one
+    # (measured: a 190-row warehouse batch took 10 minutes). A stage still has at most 2 tasks
+    # (spark.default.parallelism), so the extra slots serve the other queries.
+    master: str | None = "local[4]"
     driver_memory: str = "1g"
     es_bulk_size: int = Field(default=1000, ge=1)

@@ -21,7 +21,7 @@ rebuild_app = typer.Typer()
 
 @jobs_app.command()
 def start() -> None:
-    """Start the driver (local[2]) and wait until every sink's query runs. Idempotent."""
+    """Start the driver (local[4]) and wait until every sink's query runs. Idempotent."""
     settings = load_settings()
     with user_errors():
         for needed in ("kafka", "elasticsearch", "redis"):
