@@ -184,7 +184,7 @@ def test_stopping_elasticsearch_leaves_redis_and_delta_fresh_and_search_catches_
         assert applied >= 2
     finally:
         runner.up(stack, ["elasticsearch"])
-    writer.finish()
+        writer.finish()  # also on failure: a writer left running would load every later test
     converged(jobs, pipeline, spark)
 
 
