@@ -52,7 +52,7 @@ class JobSettings(BaseSettings):
     # None = let spark-submit's --master decide (cluster runs). Locally, 4 task slots on the
     # machine's 2 cores: FAIR pools never preempt a running task, so with 2 slots the analytics
     # query's long tasks took both, and each of the warehouse's many short jobs waited for one
-    # (measured: a 190-row warehouse batch took 10 minutes). A stage still has at most 2 tasks
+    # (measured: a 224-record warehouse batch took 10.7 minutes). A stage still has at most 2 tasks
     # (spark.default.parallelism), so the extra slots serve the other queries.
     master: str | None = "local[4]"
     driver_memory: str = "1g"
