@@ -9,7 +9,9 @@ parsed JSON, arrays as lists, enums as strings.
 
 Unchanged TOASTed columns arrive as Debezium's placeholder; they are removed
 from `after` and named in `unavailable`, so a sink merges them with what it
-holds and the placeholder never reaches a view.
+holds and the placeholder never reaches a view. `spark_jobs.merge.newer` may
+fill them from an older change of the same batch; `filled` then says which
+version each filled value came from.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class Change:
     commit_ts_ms: int | None
     snapshot: str | None
     unavailable: frozenset[str] = field(default_factory=frozenset)
+    # Columns of `after` filled from an older change of the same row (`spark_jobs.merge.newer`), with the
+    # version of the change each value came from: a sink holding that version or newer keeps its own.
+    filled: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Source types of the after (or before) image's columns, for sinks that need explicit types.
     columns: dict[str, ColumnType] = field(default_factory=dict)
     # Where the record was read: (topic, partition, offset), for dead letters.

@@ -9,7 +9,11 @@ sort first). The rules every sink keeps (design invariant 3):
   truncate watermark, whichever is highest (`stored_version`);
 - an equal version is a replay and changes nothing;
 - a truncate raises the table's watermark and removes every row below it, so a
-  late older change cannot resurrect a truncated row either.
+  late older change cannot resurrect a truncated row either;
+- an unchanged-TOAST column keeps the value the sink holds; one filled from an
+  older change of the batch keeps it too if the sink's row is at least as new as
+  the change the value came from (`keep_from`, `kept_columns`), since that
+  change may be a stale redelivery.
 """
 
 from __future__ import annotations
@@ -49,16 +53,26 @@ def group_key(change: Change) -> tuple[str, str]:
 def newer(a: Change, b: Change) -> Change:
     """The newer of two changes to the same row, with unchanged-TOAST columns filled from the older.
 
-    Associative and commutative, so Spark may reduce a batch's changes per key in
-    any grouping. A duplicate (same version) yields the same change.
+    Each filled column takes the newest value the two know of (by the version of the change it
+    came from, recorded in `filled`), so the result is the same in any grouping: associative and
+    commutative, and Spark may reduce a batch's changes per key in any order. A duplicate (same
+    version) yields the same change.
     """
     new, old = (a, b) if a.sequence >= b.sequence else (b, a)
-    if not new.unavailable or new.after is None or old.after is None:
+    if new.after is None or old.after is None:
         return new
-    filled = {column: old.after[column] for column in new.unavailable if column in old.after}
-    if not filled:
+    offered = {column: old.filled.get(column, old.sequence) for column in (new.unavailable | new.filled.keys())
+               if column in old.after}
+    better = {column: version for column, version in offered.items()
+              if column in new.unavailable or version > new.filled[column]}
+    if not better:
         return new
-    return replace(new, after={**new.after, **filled}, unavailable=new.unavailable - filled.keys())
+    return replace(
+        new,
+        after={**new.after, **{column: old.after[column] for column in better}},
+        unavailable=new.unavailable - better.keys(),
+        filled={**new.filled, **better},
+    )
 
 
 def newest_per_row(changes: Iterable[Change]) -> list[Change]:
@@ -79,8 +93,21 @@ def applies(change: Change, stored: Version) -> bool:
     return change.sequence > stored
 
 
-def merged_row(change: Change, stored_row: dict[str, Any] | None) -> dict[str, Any]:
-    """The row to write for an upsert: unchanged-TOAST columns keep the value the sink holds."""
+def keep_from(change: Change) -> dict[str, Version]:
+    """The columns whose stored value a sink may keep, each with the version its stored row must have
+    reached for that: any for an unchanged-TOAST column, and for a filled one the version of the
+    change the value came from (a stale redelivery's old image must not overwrite a newer value)."""
+    return {**dict.fromkeys(change.unavailable, ZERO), **change.filled}
+
+
+def kept_columns(change: Change, row: Version) -> set[str]:
+    """The columns a sink whose stored row is at version `row` keeps (every sink applies this rule)."""
+    return {column for column, needed in keep_from(change).items() if row >= needed}
+
+
+def merged_row(change: Change, stored_row: dict[str, Any] | None, row: Version = ZERO) -> dict[str, Any]:
+    """The row to write for an upsert over `stored_row` (at version `row`): `kept_columns` keep their
+    stored value; a column the sink does not hold takes the change's value, or stays absent."""
     assert change.after is not None
-    kept = {column: stored_row[column] for column in change.unavailable if stored_row and column in stored_row}
+    kept = {column: stored_row[column] for column in kept_columns(change, row) if stored_row and column in stored_row}
     return {**change.after, **kept}

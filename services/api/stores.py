@@ -159,7 +159,8 @@ class Cache:
 _SORTABLE = re.compile(r"^(long|integer|short|byte|string|boolean|date|timestamp|timestamp_ntz|decimal\(\d+,\d+\))$")
 
 
-def _quoted(name: str) -> str:
+def quoted(name: str) -> str:
+    """A column name as a SQL identifier for DataFusion (which folds unquoted names to lower case)."""
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -186,7 +187,7 @@ class Warehouse:
             raise Unavailable(f"cannot open the {table} warehouse table: {exc}") from None
         try:
             order = _row_order(delta)
-            order_by = f" ORDER BY {', '.join(_quoted(name) for name in order)}" if order else ""
+            order_by = f" ORDER BY {', '.join(quoted(name) for name in order)}" if order else ""
             # Only integers validated by the route and names from the table's own schema reach this text.
             sql = f"SELECT * FROM t{order_by} LIMIT {int(limit)} OFFSET {int(offset)}"
             page = QueryBuilder().register("t", delta).execute(sql).read_all()

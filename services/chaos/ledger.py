@@ -60,8 +60,9 @@ class LedgerWriter(threading.Thread):
                     operation = workload.step(conn, self.rnd) or "nothing to do"
                     conn.execute(sql.SQL("INSERT INTO {} (seq, operation) VALUES (%s, %s)").format(table),
                                  (seq + 1, operation))
-            except (psycopg.errors.IntegrityError, psycopg.errors.TransactionRollbackError):
-                self.rolled_back += 1  # e.g. two writers renumbering one order's items at once
+            except (psycopg.errors.IntegrityError, psycopg.errors.TransactionRollback):
+                # e.g. two writers renumbering one order's items at once, or a deadlock between writers
+                self.rolled_back += 1
                 continue
             seq += 1
             self.acknowledged = seq

@@ -85,15 +85,12 @@ def duplicate_deliveries(records: Iterable[Delivered], injected: set[Position]) 
     return sum(times - 1 for times in seen.values() if times > 1)
 
 
-def stale_records(records: Iterable[Delivered], how_many: int, rnd: random.Random,
-                  skip_partial: bool = True) -> list[Delivered]:
+def stale_records(records: Iterable[Delivered], how_many: int, rnd: random.Random) -> list[Delivered]:
     """Up to `how_many` old change records worth sending again: for a key whose latest record says
     something else (a later update, or a delete), its first change record. Sent after the newer ones,
-    each is older than what every sink holds, so only the version guard keeps it out.
-
-    `skip_partial` leaves out rows with a later unchanged-TOAST placeholder: an old full image in the
-    same micro-batch as such a change fills the placeholder with the old value (docs/reliability.md,
-    "Found by the chaos runner"); until that is fixed, the fault would fail every run on it."""
+    each is older than what every sink holds, so only the version guard keeps it out, and, where it
+    shares a micro-batch with a later unchanged-TOAST placeholder of its row, the fill-version rule
+    (docs/reliability.md, "Found by the chaos runner")."""
     by_key: dict[tuple[str, bytes | None], list[Delivered]] = defaultdict(list)
     for record in records:
         by_key[(record.topic, record.key)].append(record)
@@ -102,19 +99,8 @@ def stale_records(records: Iterable[Delivered], how_many: int, rnd: random.Rando
         first = next((record for record in history if record.value is not None), None)
         if first is None or history[-1] is first or history[-1].value == first.value:
             continue
-        if skip_partial and any(_partial(record) for record in history[history.index(first) + 1:]):
-            continue
         candidates.append(first)
     return rnd.sample(candidates, min(how_many, len(candidates)))
-
-
-def _partial(record: Delivered) -> bool:
-    """Whether the record is a change with an unchanged-TOAST placeholder in its after image."""
-    try:
-        change = decode(record.topic, record.key, record.value)
-    except DecodeError:
-        return False
-    return change is not None and bool(change.unavailable)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Public API (used by the CLI, the end-to-end tests and the benchmarks):
 - `reconcile_views(settings, ...) -> list[Outcome]`: the same, with row counts per (table, sink).
 
 Where the sinks live (Elasticsearch URL, Redis URL and key prefix, warehouse
-folder, Spark jars) defaults to the local stack's job environment
+folder) defaults to the local stack's job environment
 (`services.jobs.driver.job_settings`) and can be injected, so tests point verify at
 their own aliases, Redis database and temporary warehouse.
 """
@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 import psycopg
 
 from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.stack import postgres
+from services.api.stores import quoted
 from services.verify import derived, nested, readers
 from services.verify.aggregates import cache_figures, source_figures
 from services.verify.readers import VerifyError
@@ -42,9 +42,6 @@ from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS, SinkName
 from spark_jobs.sinks.delta_history import IS_CURRENT
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
 __all__ = ["Divergence", "Outcome", "Targets", "VerifyError", "reconcile_views", "verify"]
 
 
@@ -55,7 +52,6 @@ class Targets:
     es_url: str
     redis_url: str
     warehouse_dir: Path
-    jars_dir: Path
     redis_prefix: str = ""
 
     @classmethod
@@ -73,7 +69,6 @@ class Targets:
             es_url=es_url or jobs.elasticsearch_url,
             redis_url=redis_url or jobs.redis_url,
             warehouse_dir=Path(warehouse_dir or jobs.warehouse_dir),
-            jars_dir=jobs.jars_dir,
             redis_prefix=redis_prefix or "",
         )
 
@@ -111,7 +106,6 @@ def reconcile_views(
     *,
     redis_prefix: str | None = None,
     examples: int = 5,
-    spark: SparkSession | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
     work_dir: Path | None = None,
 ) -> list[Outcome]:
@@ -126,36 +120,36 @@ def reconcile_views(
         settings, es_url=es_url, redis_url=redis_url, warehouse_dir=warehouse_dir, redis_prefix=redis_prefix
     )
     plan = selection(pipeline, tables, sinks)
-    needs_spark = any({"warehouse", "analytics"} & set(wanted) for _, wanted in plan)
     outcomes: list[Outcome] = []
     with (
-        _spark(targets, spark, needs_spark) as session,
         tempfile.TemporaryDirectory(prefix="tideline-verify-", dir=work_dir) as scratch,
         readers.connect_source(postgres.conninfo(settings)) as conn,
     ):
         for table, wanted in plan:
+            # A table only under a window view has no row-by-row view in analytics (its windows: below).
+            row_views = [sink for sink in wanted if sink != "analytics" or table in pipeline.history_tables()]
+            if not row_views:
+                continue
             excluded = pipeline.tables[table].exclude_columns
             shape, estimate = readers.source_shape(conn, pipeline.source.schema_name, table, excluded)
             canon = Canonicaliser(shape)
             buckets = bucket_count(estimate)
             source = spill(_source_pairs(conn, canon), Path(scratch) / table / "source", buckets)
-            for sink in wanted:
-                if sink == "analytics":  # its tables of this table: the history (windows: below)
-                    found = [_history_outcome(canon, source, targets, session, Path(scratch), examples)
-                             ] if table in pipeline.history_tables() else []
+            for sink in row_views:
+                if sink == "analytics":  # the history table
+                    outcome = _history_outcome(canon, source, targets, Path(scratch), examples)
                 else:
-                    pairs = _sink_pairs(sink, canon, targets, pipeline, session)
+                    pairs = _sink_pairs(sink, canon, targets, pipeline)
                     spilled = spill(pairs, Path(scratch) / table / sink, buckets)
-                    found = [_outcome(table, sink, source, spilled, examples)]
+                    outcome = _outcome(table, sink, source, spilled, examples)
                     spilled.remove()
-                for outcome in found:
-                    outcomes.append(outcome)
-                    if on_outcome:
-                        on_outcome(outcome)
+                outcomes.append(outcome)
+                if on_outcome:
+                    on_outcome(outcome)
             source.remove()
         for name, view in pipeline.windows.items():
             if any(table == view.table and "analytics" in wanted for table, wanted in plan):
-                outcome = _windows_outcome(conn, session, targets, pipeline, name, view, examples)
+                outcome = _windows_outcome(conn, targets, pipeline, name, view, examples)
                 outcomes.append(outcome)
                 if on_outcome:
                     on_outcome(outcome)
@@ -220,28 +214,27 @@ def _nested_outcome(conn: psycopg.Connection, pipeline: PipelineConfig, name: st
 
 
 def _history_outcome(
-    canon: Canonicaliser, source: Spilled, targets: Targets, spark: Any, scratch: Path, examples: int
+    canon: Canonicaliser, source: Spilled, targets: Targets, scratch: Path, examples: int
 ) -> Outcome:
     """The history table's current versions against PostgreSQL, plus its own structure."""
     table = canon.shape.table
     path = targets.warehouse_dir / history_table(table)
-    rows = readers.warehouse_rows(spark, path, canon.shape, where=f"{IS_CURRENT}")
+    rows = readers.warehouse_rows(path, canon.shape, where=quoted(IS_CURRENT))
     spilled = spill(((_warehouse_id(canon, row), canon.digest(row)) for row in rows), scratch / table / "history",
                     source.buckets)
     tally = compare(source, spilled, examples, unique_ids=False)
     spilled.remove()
-    structure = derived.history_structure(spark, path, canon.shape, examples)
+    structure = derived.history_structure(path, canon.shape, examples)
     divergences = tally.divergences(table, "history") + structure.divergences(table, "history")
     return Outcome(table, "history", source.rows, spilled.rows, tuple(divergences))
 
 
 def _windows_outcome(
-    conn: psycopg.Connection, spark: Any, targets: Targets, pipeline: PipelineConfig, name: str, view: WindowView,
-    examples: int,
+    conn: psycopg.Connection, targets: Targets, pipeline: PipelineConfig, name: str, view: WindowView, examples: int
 ) -> Outcome:
     """A window table (plus its late deltas) against PostgreSQL's rows aggregated the same way."""
     expected = derived.source_figures(conn, pipeline.source.schema_name, view)
-    figures, late = derived.warehouse_figures(spark, targets.warehouse_dir, name)
+    figures, late = derived.warehouse_figures(targets.warehouse_dir, name)
     tally = derived.compare_figures(expected, figures, late, examples)
     note = f"{len(late)} windows with late changes" if late else ""
     return Outcome(name, "windows", len(expected), len(figures), tuple(tally.divergences(name, "windows")), note)
@@ -277,7 +270,7 @@ def _source_pairs(conn: psycopg.Connection, canon: Canonicaliser) -> Iterator[tu
 
 
 def _sink_pairs(
-    sink: SinkName, canon: Canonicaliser, targets: Targets, pipeline: PipelineConfig, spark: SparkSession | None
+    sink: SinkName, canon: Canonicaliser, targets: Targets, pipeline: PipelineConfig
 ) -> Iterator[tuple[str, str]]:
     table = canon.shape.table
     if sink == "search":
@@ -287,9 +280,8 @@ def _sink_pairs(
     if sink == "cache":
         rows = readers.cache_rows(targets.redis_url, table, targets.redis_prefix)
         return ((row_id, canon.digest(row)) for row_id, row in rows)
-    assert spark is not None
     # The warehouse is keyed by its columns, not by a stored id: the id is derived as for PostgreSQL.
-    rows = readers.warehouse_rows(spark, targets.warehouse_dir / table, canon.shape)
+    rows = readers.warehouse_rows(targets.warehouse_dir / table, canon.shape)
     return ((_warehouse_id(canon, row), canon.digest(row)) for row in rows)
 
 
@@ -304,26 +296,3 @@ def _outcome(table: str, sink: SinkName, source: Spilled, spilled: Spilled, exam
     # Elasticsearch and Redis are keyed by id: a repeat is a scan artefact. A Delta table can hold two rows.
     tally = compare(source, spilled, examples, unique_ids=sink != "warehouse")
     return Outcome(table, sink, source.rows, spilled.rows, tuple(tally.divergences(table, sink)))
-
-
-@contextmanager
-def _spark(targets: Targets, given: SparkSession | None, needed: bool) -> Iterator[SparkSession | None]:
-    """A session only when the warehouse is verified; stopped afterwards only if verify started it."""
-    if given is not None or not needed:
-        yield given
-        return
-    from pyspark.sql import SparkSession
-
-    from spark_jobs.session import build_session
-
-    existing = SparkSession.getActiveSession()
-    try:
-        session = existing or build_session("tideline-verify", targets.jars_dir)
-    except FileNotFoundError as exc:
-        raise VerifyError(str(exc)) from exc
-    try:
-        yield session
-    finally:
-        if existing is None:
-            session.stop()
-

@@ -17,12 +17,13 @@ from __future__ import annotations
 from decimal import Decimal
 from itertools import groupby
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from services.verify.readers import _from_micros
+from services.api.stores import quoted
+from services.verify import readers
 from services.verify.reconcile import Tally, TableShape, row_doc_id
 from spark_jobs.config import WindowView, late_table
 from spark_jobs.event_windows import WindowKey, aggregate
@@ -31,25 +32,16 @@ from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta_history import IS_CURRENT, SOURCE_OP, VALID_FROM, VALID_TO
 from spark_jobs.sinks.delta_windows import COUNT_DELTA, ROW_COUNT, SIZE, SLIDE, START, VALUE_DELTA, VALUE_SUM
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
 Figures = dict[WindowKey, tuple[Any, int]]
 
 
-def history_structure(spark: SparkSession, path: Path, shape: TableShape, examples: int) -> Tally:
+def history_structure(path: Path, shape: TableShape, examples: int) -> Tally:
     """Duplicate versions and intervals that do not follow from the versions, per row of the history."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
     tally = Tally(limit=examples)
-    if not DeltaTable.isDeltaTable(spark, str(path)):
-        return tally
-    frame = spark.read.format("delta").load(str(path)).select(
-        *(F.col(f"`{k}`") for k in shape.key), VERSION_MAJOR, VERSION_MINOR, SOURCE_OP,
-        F.unix_micros(VALID_FROM).alias(VALID_FROM), F.unix_micros(VALID_TO).alias(VALID_TO), IS_CURRENT,
-    ).orderBy(*shape.key, VERSION_MAJOR, VERSION_MINOR)
-    rows = (record.asDict() for record in frame.toLocalIterator(prefetchPartitions=True))
+    columns = [*shape.key, VERSION_MAJOR, VERSION_MINOR, SOURCE_OP, VALID_FROM, VALID_TO, IS_CURRENT]
+    order = [*shape.key, VERSION_MAJOR, VERSION_MINOR]
+    query = f"SELECT {_names(columns)} FROM t ORDER BY {_names(order)}"
+    rows = readers.warehouse_query(path, query)
     for row_id, versions in groupby(rows, key=lambda row: row_doc_id(shape, row)):
         check_history_row(row_id, list(versions), tally)
     return tally
@@ -76,26 +68,22 @@ def source_figures(conn: psycopg.Connection, schema: str, view: WindowView) -> F
     return aggregate(rows, view.windows)
 
 
-def warehouse_figures(spark: SparkSession, warehouse_dir: Path, name: str) -> tuple[Figures, Figures]:
+def warehouse_figures(warehouse_dir: Path, name: str) -> tuple[Figures, Figures]:
     """(the window table's figures, the sum of recorded late deltas) per window; {} where a table is absent."""
-    return _read(spark, warehouse_dir / name, VALUE_SUM, ROW_COUNT), _read(
-        spark, warehouse_dir / late_table(name), VALUE_DELTA, COUNT_DELTA
+    return _read(warehouse_dir / name, VALUE_SUM, ROW_COUNT), _read(
+        warehouse_dir / late_table(name), VALUE_DELTA, COUNT_DELTA
     )
 
 
-def _read(spark: SparkSession, path: Path, value: str, count: str) -> Figures:
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
+def _read(path: Path, value: str, count: str) -> Figures:
+    window = _names([SIZE, SLIDE, START])
+    query = f'SELECT {window}, sum({quoted(value)}) AS "value", sum({quoted(count)}) AS "count" FROM t GROUP BY {window}'
+    rows = readers.warehouse_query(path, query)
+    return {(row[SIZE], row[SLIDE], row[START]): (row["value"], row["count"]) for row in rows}
 
-    if not DeltaTable.isDeltaTable(spark, str(path)):
-        return {}
-    summed = spark.read.format("delta").load(str(path)).groupBy(SIZE, SLIDE, START).agg(
-        F.sum(value).alias("value"), F.sum(count).alias("count")
-    )
-    return {
-        (row[SIZE], row[SLIDE], _from_micros(row["start"])): (row["value"], row["count"])
-        for row in summed.select(SIZE, SLIDE, F.unix_micros(START).alias("start"), "value", "count").collect()
-    }
+
+def _names(columns: list[str]) -> str:
+    return ", ".join(quoted(column) for column in columns)
 
 
 def compare_figures(expected: Figures, figures: Figures, late: Figures, examples: int) -> Tally:

@@ -11,29 +11,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import psycopg
 import redis
 from psycopg import sql
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from psycopg.adapt import Loader
 from psycopg.rows import dict_row
+from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 
+from services.api.stores import quoted
 from services.verify.reconcile import Column, TableShape
 from spark_jobs.sinks.redis import glob_escape, row_key
 
-if TYPE_CHECKING:
-    from pyspark.sql import Column as SparkColumn
-    from pyspark.sql import SparkSession
-    from pyspark.sql.types import DataType
 
 Row = dict[str, Any]
 PAGE = 5000  # rows per round trip (cursor fetch, search page)
 REDIS_BATCH = 500  # keys per pipelined HGETALL round trip
 PIT_KEEP_ALIVE = "5m"  # between two pages, not for the whole scan
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class VerifyError(Exception):
@@ -113,11 +112,33 @@ def source_rows(conn: psycopg.Connection, shape: TableShape) -> Iterator[Row]:
     conn.commit()
 
 
+def _infinity_aware(loader: type[Loader]) -> type[Loader]:
+    """`loader`, but PostgreSQL's `infinity` / `-infinity` load as those words instead of raising
+    DataError (Python has no such date): the canonical row then holds a marker no sink's value
+    equals, and verify reports the row rather than stopping (no sink can hold it)."""
+
+    class InfinityAware(loader):  # type: ignore[misc, valid-type]
+        def load(self, data: Any) -> Any:
+            text = bytes(data)
+            return text.decode() if text in (b"infinity", b"-infinity") else super().load(data)
+
+    return InfinityAware
+
+
+_INFINITY_LOADERS = {
+    "date": _infinity_aware(DateLoader),
+    "timestamp": _infinity_aware(TimestampLoader),
+    "timestamptz": _infinity_aware(TimestamptzLoader),
+}
+
+
 def connect_source(conninfo: str) -> psycopg.Connection:
     try:
         conn = psycopg.connect(conninfo)
     except psycopg.OperationalError as exc:
         raise VerifyError(f"cannot reach PostgreSQL: {str(exc).strip().splitlines()[0]}") from exc
+    for type_name, loader in _INFINITY_LOADERS.items():
+        conn.adapters.register_loader(type_name, loader)
     # One consistent snapshot per table read, and no chance of writing to the source of truth.
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     conn.read_only = True
@@ -221,45 +242,52 @@ def decode_hash(fields: dict[bytes, bytes]) -> Row:
 # ---- Delta Lake ------------------------------------------------------------------------------------
 
 
-def warehouse_rows(spark: SparkSession, path: Path, shape: TableShape, where: str | None = None) -> Iterator[Row]:
+def warehouse_rows(path: Path, shape: TableShape, where: str | None = None) -> Iterator[Row]:
     """Every row of the Delta table at `path` (the current state; or those matching the SQL
-    condition `where`), streamed to the driver one partition at a time with toLocalIterator.
-    No table there yields nothing."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, str(path)):
+    condition `where`), the columns of `shape` it has. No table there yields nothing."""
+    stored = warehouse_columns(path)
+    wanted = [column for column in shape.columns if column.name in stored]
+    if not wanted:
         return
-    frame = spark.read.format("delta").load(str(path))
-    frame = frame.where(where) if where else frame
-    types = {item.name: item.dataType for item in frame.schema.fields}
-    wanted = [column for column in shape.columns if column.name in types]
-    selected = frame.select(*(_transport(column.name, types[column.name]) for column in wanted))
-    decoders = [(column.name, _decoder(column, types[column.name])) for column in wanted]
-    for record in selected.toLocalIterator(prefetchPartitions=True):
-        yield {name: decode(record[name]) for name, decode in decoders}
+    decoders = {column.name: _decoder(column, stored[column.name]) for column in wanted}
+    query = f"SELECT {', '.join(quoted(column.name) for column in wanted)} FROM t"
+    for row in warehouse_query(path, query + (f" WHERE {where}" if where else "")):
+        yield {name: decode(row[name]) for name, decode in decoders.items()}
 
 
-def _transport(name: str, data_type: DataType) -> SparkColumn:
-    """Timestamps leave Spark as epoch microseconds: PySpark would turn them into naive datetimes
-    in the Python process's local zone, which is neither exact nor the session's UTC."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, TimestampType
-
-    column = F.col(f"`{name}`")
-    if isinstance(data_type, TimestampType):
-        return F.unix_micros(column).alias(name)
-    if isinstance(data_type, ArrayType) and isinstance(data_type.elementType, TimestampType):
-        return F.transform(column, F.unix_micros).alias(name)
-    return column
+def warehouse_columns(path: Path) -> dict[str, str]:
+    """{column: Delta type name} of the table at `path`; {} if there is no table."""
+    table = _delta_table(path)
+    return {field.name: str(field.type).lower() for field in table.schema().fields} if table else {}
 
 
-def _decoder(column: Column, data_type: DataType) -> Any:
-    from pyspark.sql.types import ArrayType, StringType, TimestampType
+def warehouse_query(path: Path, query: str) -> Iterator[Row]:
+    """The rows of a SQL query over the Delta table at `path` (named `t`), read with delta-rs: no
+    JVM (a Spark session's heap ran out on 200,000 rows), one Arrow record batch at a time,
+    deletion vectors applied. No table there yields nothing."""
+    table = _delta_table(path)
+    if table is None:
+        return
+    try:
+        for batch in QueryBuilder().register("t", table).execute(query):
+            columns = [(name, batch.column(name).to_pylist()) for name in batch.column_names]
+            for index in range(batch.num_rows):
+                yield {name: values[index] for name, values in columns}
+    except Exception as exc:  # noqa: BLE001 - DataFusion raises plain Exceptions, deltalake DeltaError/OSError
+        raise VerifyError(f"cannot read the warehouse table {path}: {str(exc)[:300]}") from exc
 
-    element = data_type.elementType if isinstance(data_type, ArrayType) else data_type
-    if isinstance(element, TimestampType):
-        return lambda value: _map(value, _from_micros)
-    if column.type in ("json", "jsonb") and isinstance(element, StringType):
+
+def _delta_table(path: Path) -> DeltaTable | None:
+    try:
+        return DeltaTable(str(path))
+    except TableNotFoundError:
+        return None
+    except DeltaError as exc:
+        raise VerifyError(f"cannot open the warehouse table {path}: {exc}") from exc
+
+
+def _decoder(column: Column, stored_type: str) -> Any:
+    if column.type in ("json", "jsonb") and "string" in stored_type:
         return lambda value: _map(value, _parse_json)  # the warehouse keeps jsonb as JSON text
     return lambda value: value
 
@@ -270,10 +298,6 @@ def _map(value: Any, convert: Any) -> Any:
     if isinstance(value, list):
         return [_map(item, convert) for item in value]
     return convert(value)
-
-
-def _from_micros(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
 
 
 def _parse_json(text: str) -> Any:

@@ -11,7 +11,9 @@ unchanged-TOAST columns filled from earlier changes in the same batch
 - keep delete versions (tombstones) for as long as an older change could still
   arrive, so a deleted row is never resurrected;
 - apply a truncate by raising the table's watermark and removing rows below it;
-- keep the stored value of columns named in `Change.unavailable`;
+- keep the stored value of the columns `spark_jobs.merge.kept_columns` names for
+  the stored row's version: those in `Change.unavailable`, and those in
+  `Change.filled` whose value came from a change no newer than the stored row;
 - never raise for one bad row: return it as `Rejected` (it goes to the
   dead-letter topic) and apply the rest. Raising means the whole batch failed
   (the sink is down); Spark retries it, which is safe because writes are idempotent.

@@ -38,6 +38,7 @@ from pyspark.sql.types import (
     FloatType,
     IntegerType,
     LongType,
+    MapType,
     ShortType,
     StringType,
     StructField,
@@ -48,7 +49,7 @@ from pyspark.sql.types import (
 
 from spark_jobs.changes import Change, ColumnType
 from spark_jobs.config import PipelineConfig
-from spark_jobs.merge import Version, doc_id
+from spark_jobs.merge import Version, doc_id, keep_from
 from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR, Rejected
 
 if TYPE_CHECKING:
@@ -205,9 +206,11 @@ class _TablePlan:
         )
 
 
-_OP, _UNAVAILABLE, _DOC_ID = "_tl_op", "_tl_unavailable", "_tl_doc_id"
+# _KEEP: `merge.keep_from` of the change, column -> the version the stored row must reach to keep its value.
+_OP, _KEEP, _DOC_ID = "_tl_op", "_tl_keep", "_tl_doc_id"
+_VERSION = StructType([StructField(VERSION_MAJOR, LongType()), StructField(VERSION_MINOR, LongType())])
 _SOURCE_META = [
-    (_OP, StringType()), (_UNAVAILABLE, ArrayType(StringType())), (_DOC_ID, StringType()),
+    (_OP, StringType()), (_KEEP, MapType(StringType(), _VERSION)), (_DOC_ID, StringType()),
     (VERSION_MAJOR, LongType()), (VERSION_MINOR, LongType()), (COMMIT_TS, TimestampType()),
 ]
 _TABLE_META = [StructField(VERSION_MAJOR, LongType()), StructField(VERSION_MINOR, LongType()),
@@ -258,7 +261,7 @@ def _encode(change: Change, plan: _TablePlan) -> tuple[tuple[Any, ...] | None, R
     except (ValueError, TypeError, ArithmeticError) as exc:
         return None, Rejected(change, f"{plan.table}: cannot store a value: {exc}")
     committed = None if change.commit_ts_ms is None else _EPOCH + timedelta(milliseconds=change.commit_ts_ms)
-    meta = (change.op, sorted(change.unavailable), doc_id(change.key), *change.sequence, committed)
+    meta = (change.op, keep_from(change), doc_id(change.key), *change.sequence, committed)
     return (*values, *meta), None
 
 
@@ -485,8 +488,9 @@ class DeltaSink:
 
     def _merge(self, spark: SparkSession, plan: _TablePlan, fresh: DataFrame) -> None:
         newer = _newer_sql("s", "t")
-        keep_unavailable = {
-            _q(c): f"CASE WHEN array_contains(s.{_UNAVAILABLE}, {_literal(c)}) THEN t.{_q(c)} ELSE s.{_q(c)} END"
+        # merge.kept_columns: the stored value stays where the row is at least the version keep_from names.
+        keep = {
+            _q(c): f"CASE WHEN NOT {_newer_sql(f's.{_KEEP}[{_literal(c)}]', 't')} THEN t.{_q(c)} ELSE s.{_q(c)} END"
             for c in plan.data_columns
         }
         meta = {_q(name): f"s.{name}" for name in (VERSION_MAJOR, VERSION_MINOR, COMMIT_TS)}
@@ -495,7 +499,7 @@ class DeltaSink:
             _delta().forPath(spark, self.path(plan.table)).alias("t")
             .merge(fresh.alias("s"), " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in plan.keys))
             .whenMatchedDelete(f"{newer} AND s.{_OP} = 'd'")
-            .whenMatchedUpdate(newer, set=keep_unavailable | meta)
+            .whenMatchedUpdate(newer, set=keep | meta)
             .whenNotMatchedInsert(f"s.{_OP} <> 'd'", values=insert)
             .execute()
         )

@@ -32,11 +32,12 @@ from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, Stru
 
 from spark_jobs.changes import Change
 from spark_jobs.config import history_table
+from spark_jobs.merge import ZERO
 from spark_jobs.scd2 import ENDS, row_versions
 from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, VERSION_MAJOR, VERSION_MINOR, Rejected
 from spark_jobs.sinks.delta import (
+    _KEEP,
     _OP,
-    _UNAVAILABLE,
     _collect_facts,
     _delta,
     _encode,
@@ -50,7 +51,7 @@ from spark_jobs.sinks.delta import (
 
 if TYPE_CHECKING:
     from pyspark import RDD
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger("tideline.history")
 
@@ -208,8 +209,17 @@ def _as_versions(source: DataFrame, plan: _TablePlan) -> DataFrame:
         *(F.col(_q(c)) for c in plan.fields),
         F.col(_OP).alias(SOURCE_OP), F.col(COMMIT_TS).alias(VALID_FROM),
         F.lit(None).cast(TimestampType()).alias(VALID_TO), F.lit(False).alias(IS_CURRENT),
-        F.col(VERSION_MAJOR), F.col(VERSION_MINOR), F.col(_UNAVAILABLE).alias(UNAVAILABLE),
+        F.col(VERSION_MAJOR), F.col(VERSION_MINOR), _unavailable(F.col(_KEEP)).alias(UNAVAILABLE),
     )
+
+
+def _unavailable(keep: Column) -> Column:
+    """The unchanged-TOAST columns no earlier version in the batch filled: those `merge.keep_from`
+    keeps from any stored version (ZERO); a filled column names the real version it came from."""
+    def from_any_version(_: Column, version: Column) -> Column:
+        return (version[VERSION_MAJOR] == ZERO[0]) & (version[VERSION_MINOR] == ZERO[1])
+
+    return F.array_sort(F.map_keys(F.map_filter(keep, from_any_version)))
 
 
 _META_NAMES = frozenset(field.name for field in HISTORY_META)

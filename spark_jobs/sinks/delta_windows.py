@@ -33,7 +33,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from spark_jobs.config import WindowSpec, WindowView, late_table
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.delta import _DOC_ID, _OP, _UNAVAILABLE, _TablePlan, _delta, _newer, _q, create_table
+from spark_jobs.sinks.delta import _DOC_ID, _KEEP, _OP, _TablePlan, _delta, _newer, _q, create_table
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -115,8 +115,12 @@ class DeltaWindows:
         def arriving(column: str, old: str) -> Column:
             if column not in plan.fields:
                 return F.lit(None)
-            unchanged = F.array_contains(F.col(_UNAVAILABLE), column)
-            return F.when(F.col(_OP) == "d", F.lit(None)).when(unchanged, F.col(old)).otherwise(F.col(_q(column)))
+            # merge.kept_columns: the held value stays where the held row is at least the version keep_from names.
+            needed = F.col(_KEEP)[column]
+            kept = needed.isNotNull() & ~_newer(
+                needed[VERSION_MAJOR], needed[VERSION_MINOR], F.col("_old_major"), F.col("_old_minor")
+            )
+            return F.when(F.col(_OP) == "d", F.lit(None)).when(kept, F.col(old)).otherwise(F.col(_q(column)))
 
         identity = [F.col(_DOC_ID).alias(ROW_ID), F.col(VERSION_MAJOR), F.col(VERSION_MINOR)]
         old = joined.where(F.col("_old_time").isNotNull()).select(

@@ -204,7 +204,7 @@ def plan(change: Change, target: str, alias: str, doc: Stored | None, tombstone:
             mark = {"alias": alias, "id": row_id, **version_fields(change.sequence)}
             ops = [delete_op(target, row_id, doc)] if doc else []
             return ops + [write_op(TOMBSTONES, tombstone_id(alias, row_id), mark, tombstone, False)]
-        row = merge.merged_row(change, doc.source if doc else None)
+        row = merge.merged_row(change, doc.source if doc else None, doc.version if doc else merge.ZERO)
         return [write_op(target, row_id, document(row, change), doc, alias_only=target == alias)]
     if doc and doc.version < merge.stored_version(None, tombstone and tombstone.version, watermark):
         return [delete_op(target, row_id, doc)]
@@ -379,12 +379,12 @@ class ElasticsearchSink:
     def _read(self, es: Elasticsearch, aliases: list[str], changes: list[Change]
               ) -> tuple[dict[str, Version | None], list[tuple[Stored | None, Stored | None]]]:
         """One mget: each alias's watermark, then each row's document and tombstone. The full _source
-        is fetched only for rows with unchanged-TOAST columns to keep."""
+        is fetched only for rows with columns it may keep (unchanged-TOAST or filled in the batch)."""
         docs = [{"_index": WATERMARKS, "_id": alias, "_source": VERSION_FIELDS} for alias in aliases]
         for change in changes:
             row_id, alias = doc_id(change.key), self.alias(change.table)
             docs.append({"_index": self.target(change.table), "_id": row_id,
-                         "_source": True if change.unavailable else VERSION_FIELDS})
+                         "_source": True if merge.keep_from(change) else VERSION_FIELDS})
             docs.append({"_index": TOMBSTONES, "_id": tombstone_id(alias, row_id), "_source": VERSION_FIELDS})
         found = [Stored.of(hit) for hit in es.mget(docs=docs)["docs"]]
         watermarks = {alias: stored and stored.version for alias, stored in zip(aliases, found)}

@@ -32,7 +32,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, MeasurePlan
 from spark_jobs.changes import Change
 from spark_jobs.config import PipelineConfig
-from spark_jobs.merge import doc_id
+from spark_jobs.merge import Version, doc_id, keep_from
 from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR, Rejected
 
 # Lua numbers are doubles: integers compare exactly only up to 2^53 (LSNs fit).
@@ -79,14 +79,19 @@ def decode_row(fields: dict[bytes | str, bytes | str]) -> dict[str, Any]:
 
 
 def version_args(change: Change) -> list[str]:
-    """The change's version as the decimal strings the scripts compare and store.
+    """The change's version as the scripts' arguments (`version_text`)."""
+    return version_text(change.sequence)
+
+
+def version_text(version: Version) -> list[str]:
+    """A version as the decimal strings the scripts compare and store.
 
     Passed and stored as the caller's strings, never formatted by Lua: Lua 5.1's
     tostring() prints large numbers in %.14g, which would lose digits.
     """
-    if not all(0 <= part < MAX_EXACT_VERSION for part in change.sequence):
-        raise ValueError(f"version {change.sequence} is outside [0, 2^53) and cannot be compared exactly in Lua")
-    return [str(part) for part in change.sequence]
+    if not all(0 <= part < MAX_EXACT_VERSION for part in version):
+        raise ValueError(f"version {version} is outside [0, 2^53) and cannot be compared exactly in Lua")
+    return [str(part) for part in version]
 
 
 def row_fields(change: Change) -> list[str]:
@@ -295,11 +300,12 @@ end
 
 
 # KEYS: row, tombstone, truncate watermark.
-# ARGV: op ('u' or 'd'), major, minor, table, row id, number of unchanged-TOAST columns, their names,
-# then field, value pairs.
+# ARGV: op ('u' or 'd'), major, minor, table, row id, number of columns that may keep their stored value,
+# for each its name and the major, minor the stored row must reach (`merge.keep_from`), then field, value pairs.
 _APPLY = Template("""
 local incoming = {tonumber(ARGV[2]), tonumber(ARGV[3])}
-local held = version(KEYS[1], '$major', '$minor')
+local row_version = version(KEYS[1], '$major', '$minor')
+local held = row_version
 for _, other in ipairs({version(KEYS[2], 'major', 'minor'), version(KEYS[3], 'major', 'minor')}) do
   if above(other, held) then held = other end
 end
@@ -314,18 +320,28 @@ if ARGV[1] == 'd' then
   run(writes)
   return 1
 end
-local fields = {}
-local unavailable = tonumber(ARGV[6])
-for i = 7, 6 + unavailable do
-  local kept = redis.call('HGET', KEYS[1], ARGV[i])
-  if not kept then
+local last_kept = 6 + 3 * tonumber(ARGV[6])
+local sent = {}
+for i = last_kept + 1, #ARGV, 2 do sent[ARGV[i]] = true end
+local fields, kept = {}, {}
+for i = 7, last_kept, 3 do
+  if not above({tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])}, row_version) then
+    kept[ARGV[i]] = redis.call('HGET', KEYS[1], ARGV[i])
+  end
+  if kept[ARGV[i]] then
+    table.insert(fields, ARGV[i])
+    table.insert(fields, kept[ARGV[i]])
+  elseif not sent[ARGV[i]] then
     -- Writing the row without it would put a partial image in the view (invariant 6).
     return redis.error_reply('no stored value for unchanged-TOAST column ' .. ARGV[i])
   end
-  table.insert(fields, ARGV[i])
-  table.insert(fields, kept)
 end
-for i = 7 + unavailable, #ARGV do table.insert(fields, ARGV[i]) end
+for i = last_kept + 1, #ARGV, 2 do
+  if not kept[ARGV[i]] then
+    table.insert(fields, ARGV[i])
+    table.insert(fields, ARGV[i + 1])
+  end
+end
 local writes = {}
 if TRACKED[ARGV[4]] then
   local ok, result = pcall(aggregate_writes, ARGV[4], ARGV[5], old, row_of_fields(fields))
@@ -502,8 +518,9 @@ class RedisSink:
         ]
         if change.is_delete:
             return keys, ["d", *version_args(change), change.table, row_id, "0"]
-        toast = sorted(change.unavailable)
-        return keys, ["u", *version_args(change), change.table, row_id, str(len(toast)), *toast, *row_fields(change)]
+        keep = [arg for column, needed in sorted(keep_from(change).items())
+                for arg in (column, *version_text(needed))]
+        return keys, ["u", *version_args(change), change.table, row_id, str(len(keep) // 3), *keep, *row_fields(change)]
 
     def _truncate(self, client: redis.Redis, change: Change) -> None:
         """Raise the watermark, then delete the table's rows (and tombstones) below it.

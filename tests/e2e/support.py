@@ -20,7 +20,7 @@ from services.demo import workload
 from services.settings import StackSettings
 from services.jobs import dlq, driver, lag
 from services.stack import postgres, process, runner
-from services.verify import Outcome, reconcile_views, verify
+from services.verify import Outcome, reconcile_views
 from spark_jobs.config import PipelineConfig
 from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
@@ -97,10 +97,6 @@ def tide_result(jobs: StackSettings, *args: str) -> subprocess.CompletedProcess:
     return tide_cli.tide_result(jobs, *args, fields=E2E_FIELDS)
 
 
-def clean(settings: StackSettings, pipeline: PipelineConfig, spark, tables=None) -> bool:
-    return not verify(settings, pipeline=pipeline, spark=spark, tables=tables)
-
-
 def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float, sinks=SINKS) -> None:
     """Wait until each of `sinks`' queries has committed past the end of its topics as of now.
 
@@ -124,14 +120,14 @@ def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float, sin
         raise AssertionError(f"{exc}; behind: {behind()}; ends then {ends}, now {now}; committed {committed}") from None
 
 
-def converged(settings, pipeline, spark, timeout=None, tables=None, sinks=SINKS) -> list[Outcome]:
+def converged(settings, pipeline, timeout=None, tables=None, sinks=SINKS) -> list[Outcome]:
     """Caught up with the topics, then verify clean (PostgreSQL as the oracle); the clean outcomes,
-    one per view checked. `spark` may be None when the warehouse is not among `sinks`."""
+    one per view checked."""
     caught_up(settings, pipeline, timeout or CONVERGE_S, sinks)
     last: list[Outcome] = []
 
     def all_clean() -> bool:
-        last[:] = reconcile_views(settings, pipeline=pipeline, spark=spark, tables=tables, sinks=sinks)
+        last[:] = reconcile_views(settings, pipeline=pipeline, tables=tables, sinks=sinks)
         return all(outcome.clean for outcome in last)
 
     try:

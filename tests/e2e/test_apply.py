@@ -17,23 +17,29 @@ import httpx
 import psycopg
 import pytest
 import redis
+from deltalake import DeltaTable, QueryBuilder
 from kafka import KafkaProducer
 
 from services.connector import snapshot
 from services.jobs import driver, lag
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
+from services.verify import verify
 from spark_jobs.config import PipelineConfig
 from spark_jobs.merge import doc_id
 from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
 from tests.capture_support import read_topic
-from tests.e2e.support import CONVERGE_S, REDIS_DB, Workload, caught_up, clean, converged, dead_lettered_by_every_sink, kill_9_driver, tide
+from tests.e2e.support import CONVERGE_S, REDIS_DB, Workload, caught_up, converged, dead_lettered_by_every_sink, kill_9_driver, tide
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
 
 ES_DOWN_S = 60
+
+
+def _clean(settings: StackSettings, pipeline: PipelineConfig, tables=None) -> bool:
+    return not verify(settings, pipeline=pipeline, tables=tables)
 
 
 def _redis_versions(settings: StackSettings, table: str, count: int = 50) -> dict[bytes, tuple[int, int]]:
@@ -47,14 +53,14 @@ def _redis_versions(settings: StackSettings, table: str, count: int = 50) -> dic
     return versions
 
 
-def test_snapshot_then_a_minute_of_writes_converge_in_every_sink(run, spark):
+def test_snapshot_then_a_minute_of_writes_converge_in_every_sink(run):
     jobs, pipeline, writer = run
     done = writer.finish(stop=False)  # runs for WORKLOAD_SECONDS while the jobs apply
     assert done > 300, f"the workload ran only {done} operations"
-    converged(jobs, pipeline, spark, timeout=CONVERGE_S)
+    converged(jobs, pipeline, timeout=CONVERGE_S)
 
 
-def test_kill_9_of_the_driver_loses_nothing_and_never_goes_back_a_version(run, spark, stack):
+def test_kill_9_of_the_driver_loses_nothing_and_never_goes_back_a_version(run, stack):
     jobs, pipeline, _ = run
     before = _redis_versions(jobs, "orders")
     writer = Workload(stack, seed=13)
@@ -64,25 +70,25 @@ def test_kill_9_of_the_driver_loses_nothing_and_never_goes_back_a_version(run, s
     wait_until(lambda: writer.done >= 300, 60, "writes while the driver is down")
     runner.start_and_wait(jobs, [driver.SERVICE])
     writer.finish()
-    converged(jobs, pipeline, spark)
+    converged(jobs, pipeline)
     after = _redis_versions(jobs, "orders", count=10_000)
     regressed = {key: (old, after[key]) for key, old in before.items() if key in after and after[key] < old}
     assert regressed == {}
 
 
-def test_replaying_the_whole_topic_into_a_synced_sink_changes_nothing(run, spark):
+def test_replaying_the_whole_topic_into_a_synced_sink_changes_nothing(run):
     jobs, pipeline, _ = run
-    converged(jobs, pipeline, spark)
+    converged(jobs, pipeline)
     before = _redis_versions(jobs, "customers", count=10_000)
     process.stop(runner.pid_file(jobs, driver.SERVICE))
     shutil.rmtree(jobs.state_dir / "checkpoints" / "cache")  # the cache query starts again at offset zero
     runner.start_and_wait(jobs, [driver.SERVICE])
     wait_until(lambda: (jobs.state_dir / "checkpoints" / "cache" / "commits" / "0").exists(), 120, "a replayed batch")
-    converged(jobs, pipeline, spark)
+    converged(jobs, pipeline)
     assert _redis_versions(jobs, "customers", count=10_000) == before
 
 
-def test_deleted_row_is_not_resurrected_by_a_replayed_older_change(run, spark, stack):
+def test_deleted_row_is_not_resurrected_by_a_replayed_older_change(run, stack):
     jobs, pipeline, _ = run
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
         key = conn.execute(
@@ -96,13 +102,13 @@ def test_deleted_row_is_not_resurrected_by_a_replayed_older_change(run, spark, s
     )
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
         conn.execute("DELETE FROM customers WHERE id = %s", (key,))
-    converged(jobs, pipeline, spark, tables=["customers"])
+    converged(jobs, pipeline, tables=["customers"])
 
     producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap)
     replayed = producer.send(topic, key=create.key, value=create.value, partition=create.partition).get(timeout=30)
     producer.close()
     wait_until(lambda: _all_sinks_past(jobs, pipeline, topic, create.partition, replayed.offset), 120, "every sink past the replay")
-    assert clean(jobs, pipeline, spark, tables=["customers"])
+    assert _clean(jobs, pipeline, tables=["customers"])
     cache = redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB)
     assert not cache.exists(f"customers:{doc_id({'id': key})}")
 
@@ -114,15 +120,15 @@ def _all_sinks_past(jobs: StackSettings, pipeline: PipelineConfig, topic: str, p
     )
 
 
-def test_truncate_empties_the_view_in_every_sink(run, spark, stack):
+def test_truncate_empties_the_view_in_every_sink(run, stack):
     jobs, pipeline, _ = run
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM order_items").fetchone()[0] > 0
         conn.execute("TRUNCATE order_items")
-    converged(jobs, pipeline, spark, tables=["order_items"])
+    converged(jobs, pipeline, tables=["order_items"])
 
 
-def test_a_new_column_reaches_every_sink_without_a_restart(run, spark, stack):
+def test_a_new_column_reaches_every_sink_without_a_restart(run, stack):
     jobs, pipeline, _ = run
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
         conn.execute("ALTER TABLE customers ADD COLUMN IF NOT EXISTS loyalty_tier text")
@@ -131,13 +137,13 @@ def test_a_new_column_reaches_every_sink_without_a_restart(run, spark, stack):
     try:
         cache = redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB)
         wait_until(lambda: cache.hget(f"customers:{key}", "loyalty_tier") == b'"gold"', 90, "loyalty_tier in Redis")
-        converged(jobs, pipeline, spark, tables=["customers"])
+        converged(jobs, pipeline, tables=["customers"])
     finally:
         with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
             conn.execute("UPDATE customers SET loyalty_tier = NULL WHERE loyalty_tier IS NOT NULL")
 
 
-def test_malformed_message_goes_to_the_dead_letter_topic_and_later_changes_still_apply(run, spark, stack):
+def test_malformed_message_goes_to_the_dead_letter_topic_and_later_changes_still_apply(run, stack):
     jobs, pipeline, _ = run
     letters = dead_lettered_by_every_sink(stack, pipeline.topic("customers"), b'{"payload": {"id": -1}}',
                                           b"{this is not json", "malformed record")
@@ -148,22 +154,22 @@ def test_malformed_message_goes_to_the_dead_letter_topic_and_later_changes_still
     assert letters[0]["value"] == "{this is not json"
 
 
-def test_corrupted_sinks_are_repaired_by_a_re_snapshot(run, spark, stack):
+def test_corrupted_sinks_are_repaired_by_a_re_snapshot(run, stack):
     jobs, pipeline, _ = run
-    converged(jobs, pipeline, spark, tables=["products"])
+    converged(jobs, pipeline, tables=["products"])
     with psycopg.connect(postgres.conninfo(stack)) as conn:
         key = conn.execute("SELECT min(id) FROM products").fetchone()[0]
     cache = redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB)
     cache.hset(f"products:{key}", "name", json.dumps("corrupted by hand"))
     httpx.delete(f"http://{stack.host}:{stack.elasticsearch_port}/{pipeline.tables['products'].search.index}/_doc/{key}",
                  params={"refresh": "true"}).raise_for_status()
-    spark.sql(f"DELETE FROM delta.`{jobs.state_dir / 'warehouse' / 'products'}` WHERE id = {key}")
-    assert not clean(jobs, pipeline, spark, tables=["products"])
+    DeltaTable(str(jobs.state_dir / "warehouse" / "products")).delete(f"id = {key}")
+    assert not _clean(jobs, pipeline, tables=["products"])
     snapshot.run(stack, pipeline, "products", None, 180.0, lambda progress: None)
-    converged(jobs, pipeline, spark, tables=["products"])
+    converged(jobs, pipeline, tables=["products"])
 
 
-def test_stopping_elasticsearch_leaves_redis_and_delta_fresh_and_search_catches_up(run, spark, stack):
+def test_stopping_elasticsearch_leaves_redis_and_delta_fresh_and_search_catches_up(run, stack):
     """Elasticsearch down for a minute under load: every new row still reaches Redis and Delta."""
     jobs, pipeline, _ = run
     cache = redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB)
@@ -178,14 +184,18 @@ def test_stopping_elasticsearch_leaves_redis_and_delta_fresh_and_search_catches_
                 key = conn.execute("INSERT INTO customers (email, name) VALUES (%s, 'while es down') RETURNING id",
                                    (f"{uuid.uuid4().hex}@esdown.test",)).fetchone()[0]
             wait_until(lambda: cache.exists(f"customers:{key}"), 60, "Redis to apply while Elasticsearch is down")
-            wait_until(lambda: spark.read.format("delta").load(warehouse).where(f"id = {key}").count() == 1,
-                       90, "Delta to apply while Elasticsearch is down")
+            wait_until(lambda: _warehouse_count(warehouse, f"id = {key}") == 1, 90, "Delta to apply while Elasticsearch is down")
             applied += 1
         assert applied >= 2
     finally:
         runner.up(stack, ["elasticsearch"])
         writer.finish()  # also on failure: a writer left running would load every later test
-    converged(jobs, pipeline, spark)
+    converged(jobs, pipeline)
+
+
+def _warehouse_count(path: str, where: str) -> int:
+    table = QueryBuilder().register("t", DeltaTable(path))
+    return table.execute(f"SELECT count(*) AS n FROM t WHERE {where}").read_all().column("n").to_pylist()[0]
 
 
 def _alias_targets(settings: StackSettings, pipeline: PipelineConfig) -> dict[str, list[str]]:
@@ -195,16 +205,16 @@ def _alias_targets(settings: StackSettings, pipeline: PipelineConfig) -> dict[st
     return {alias: sorted(httpx.get(f"{url}/_alias/{alias}").raise_for_status().json()) for alias in aliases}
 
 
-def test_tide_rebuild_search_moves_every_alias_to_a_new_complete_index(run, spark):
+def test_tide_rebuild_search_moves_every_alias_to_a_new_complete_index(run):
     jobs, pipeline, _ = run
-    converged(jobs, pipeline, spark)
+    converged(jobs, pipeline)
     before = _alias_targets(jobs, pipeline)
     tide(jobs, "rebuild", "search")
     after = _alias_targets(jobs, pipeline)
     for alias, indices in after.items():
         assert len(indices) == 1 and indices != before[alias], f"{alias} still points at {before[alias]}"
         assert indices[0].startswith(f"{alias}-v")
-    converged(jobs, pipeline, spark)  # verify reads through the aliases: the new indices are complete
+    converged(jobs, pipeline)  # verify reads through the aliases: the new indices are complete
 
 
 def _indexed(settings: StackSettings, alias: str) -> int:
@@ -220,7 +230,7 @@ def _count(settings: StackSettings, alias: str, query: dict) -> int:
     return httpx.post(f"{url}/{alias}/_count", json={"query": query}).raise_for_status().json()["count"]
 
 
-def test_renaming_a_customer_with_1000_orders_rewrites_exactly_those_1000_documents(run, spark, stack):
+def test_renaming_a_customer_with_1000_orders_rewrites_exactly_those_1000_documents(run, stack):
     jobs, pipeline, writer = run
     writer.finish()
     view = next(iter(pipeline.nested))
@@ -240,4 +250,4 @@ def test_renaming_a_customer_with_1000_orders_rewrites_exactly_those_1000_docume
     wait_until(lambda: _count(jobs, view, renamed) == 1000, CONVERGE_S, "the rename in all 1000 documents")
     caught_up(jobs, pipeline, CONVERGE_S)
     assert _indexed(jobs, view) - before == 1000
-    converged(jobs, pipeline, spark, tables=["orders"])
+    converged(jobs, pipeline, tables=["orders"])

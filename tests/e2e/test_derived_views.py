@@ -140,7 +140,7 @@ def test_every_derived_view_converges_and_history_holds_each_version_once_throug
         wait_until(lambda: writer.done >= 350, 90, "writes while the driver is down")
         runner.start_and_wait(jobs, [driver.SERVICE])
         writer.finish()
-        outcomes = converged(jobs, pipeline, spark)  # every table and view
+        outcomes = converged(jobs, pipeline)  # every table and view
         with psycopg.connect(postgres.conninfo(stack)) as conn:
             audited = _audited(conn)
     finally:
@@ -215,7 +215,7 @@ def test_late_orders_are_recorded_apart_and_on_time_orders_move_their_window(run
     assert all(r["value_delta"] == Decimal("123.45") and r["count_delta"] == 1 for r in records)
     assert "window closed" in records[0]["reason"]
     assert {k: after.get(k) for k in late_windows} == {k: before.get(k) for k in late_windows}, "closed windows keep their figures"
-    converged(jobs, pipeline, spark, tables=["orders"])  # verify: figures + late deltas = SQL over the orders now
+    converged(jobs, pipeline, tables=["orders"])  # verify: figures + late deltas = SQL over the orders now
     for label, windows in (("late order", sorted(late_windows)), ("on-time order", [on_time_minute])):
         for key in windows:  # the figures docs/sinks/delta.md shows
             print(label, key, "before", _pair(before.get(key)), "after", _pair(after.get(key)),
@@ -243,7 +243,7 @@ def test_tide_rebuild_analytics_rebuilds_history_and_windows_from_the_topics_and
     caught_up(jobs, pipeline, CONVERGE_S, sinks=["warehouse", "analytics"])  # every table exists
     created = {table: _created_at(table) for table in rebuilt + kept}
     tide(jobs, "rebuild", "analytics")
-    converged(jobs, pipeline, spark, sinks=["analytics"])  # history and windows equal PostgreSQL again
+    converged(jobs, pipeline, sinks=["analytics"])  # history and windows equal PostgreSQL again
     assert all(_created_at(table) > created[table] for table in rebuilt), "history and windows were built anew"
     assert all(_created_at(table) == created[table] for table in kept), "the current state is not analytics' to clear"
 

@@ -20,6 +20,7 @@ from spark_jobs.merge import newest_per_row
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta import DeltaSink
 from spark_jobs.sinks.delta_analytics import AnalyticsSink
+from tests import stale_fill
 
 pytestmark = pytest.mark.stack
 
@@ -184,6 +185,22 @@ def test_unchanged_toast_column_keeps_the_stored_value(spark, sink):
     write(spark, sink, [product((2, 1), unavailable={"description"}, price=Decimal("9.99"))], 1)
     row = rows(spark, sink, "products")[1]
     assert row["description"] == "x" * 20_000 and row["price"] == Decimal("9.99") and row["name"] == "v(2, 1)"
+
+
+def toast_product(seq, key, description):
+    """An upsert for tests/stale_fill.py: no description means Debezium's placeholder."""
+    if description is None:
+        return product(seq, key=key, unavailable={"description"})
+    return product(seq, key=key, description=description)
+
+
+def test_a_stale_full_image_in_the_batch_does_not_overwrite_a_newer_stored_toast_value(spark, sink):
+    write(spark, sink, stale_fill.stored_first(toast_product), 0)
+    assert write(spark, sink, stale_fill.batch(toast_product), 1) == []
+    found = rows(spark, sink, "products")
+    for key, description in stale_fill.EXPECTED.items():
+        assert (found[key]["description"], found[key]["name"]) == (description, f"v{stale_fill.UPDATE}"), key
+        assert (found[key][VERSION_MAJOR], found[key][VERSION_MINOR]) == stale_fill.UPDATE
 
 
 def test_truncate_removes_rows_below_the_watermark_and_keeps_later_ones(spark, sink):

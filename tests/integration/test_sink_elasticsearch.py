@@ -20,6 +20,7 @@ from spark_jobs.changes import Change, ColumnType, decode
 from spark_jobs.config import PipelineConfig, SearchView
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.elasticsearch import TOMBSTONES, WATERMARKS, ElasticsearchSink, below
+from tests import stale_fill
 
 pytestmark = pytest.mark.stack
 
@@ -153,6 +154,24 @@ def test_an_unchanged_toast_column_keeps_the_stored_value(sink, es):
     doc = source(es, sink.alias("products"), "2")
     assert doc["description"] == long_text and doc["name"] == "Toast mug" and doc["price"] == "6.00"
     assert "__debezium_unavailable_value" not in json.dumps(doc)
+
+
+def toast_product(seq, key, description):
+    """An upsert for tests/stale_fill.py: no description means Debezium's placeholder."""
+    change = product(seq, key=key, name=f"v{seq}", description=description)
+    if description is not None:
+        return change
+    after = {column: value for column, value in change.after.items() if column != "description"}
+    return replace(change, after=after, unavailable=frozenset({"description"}))
+
+
+def test_a_stale_full_image_in_the_batch_does_not_overwrite_a_newer_stored_toast_value(sink, es):
+    assert sink.write(stale_fill.stored_first(toast_product)) == []
+    assert sink.write(stale_fill.batch(toast_product)) == []
+    for key, description in stale_fill.EXPECTED.items():
+        doc = source(es, sink.alias("products"), str(key))
+        assert (doc["description"], doc["name"]) == (description, f"v{stale_fill.UPDATE}"), key
+        assert (doc[VERSION_MAJOR], doc[VERSION_MINOR]) == stale_fill.UPDATE
 
 
 def test_truncate_removes_rows_below_the_watermark_and_keeps_newer_ones(sink, es):

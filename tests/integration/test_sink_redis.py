@@ -23,6 +23,7 @@ from spark_jobs.config import CacheView, PipelineConfig, SearchView, TableConfig
 from spark_jobs.merge import newest_per_row
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.redis import RedisSink, _Script, decode_row
+from tests import stale_fill
 
 pytestmark = pytest.mark.stack
 
@@ -160,6 +161,21 @@ def test_unchanged_toast_without_a_stored_row_is_rejected_not_written_partially(
     assert [(r.change, "description" in r.reason) for r in rejected] == [(orphan, True)]
     assert not client.exists(f"{prefix}products:7")
     assert client.exists(f"{prefix}products:8"), "the rest of the partition is applied"
+
+
+def toast_change(seq, key, description):
+    """An upsert of products for tests/stale_fill.py: no description means Debezium's placeholder."""
+    after = {"id": key, "name": f"v{seq}"} | ({} if description is None else {"description": description})
+    return change(seq, key=key, after=after, unavailable=() if description is not None else {"description"})
+
+
+def test_a_stale_full_image_in_the_batch_does_not_overwrite_a_newer_stored_toast_value(sink, client, prefix):
+    assert sink.write(stale_fill.stored_first(toast_change)) == []
+    assert sink.write(stale_fill.batch(toast_change)) == []
+    for key, description in stale_fill.EXPECTED.items():
+        row = stored(client, f"{prefix}products:{key}")
+        assert (row["description"], row["name"]) == (description, f"v{stale_fill.UPDATE}"), key
+        assert (row[VERSION_MAJOR], row[VERSION_MINOR]) == stale_fill.UPDATE
 
 
 def test_a_bad_row_is_rejected_and_the_rest_applied(sink, client, prefix):

@@ -217,7 +217,7 @@ def cli_env(pipeline: PipelineConfig, tmp_path_factory: pytest.TempPathFactory) 
 
 def _verify(stack: StackSettings, stores: Stores, pipeline: PipelineConfig, **kwargs: Any) -> list[Divergence]:
     return verify(stack, warehouse_dir=stores.warehouse, es_url=stores.es_url, redis_url=stores.redis_url,
-                  pipeline=pipeline, spark=stores.spark, **kwargs)
+                  pipeline=pipeline, **kwargs)
 
 
 def _cli(stores: Stores, cli_env: dict[str, str], *args: str) -> Any:
@@ -312,14 +312,14 @@ def test_what_the_real_sinks_write_verifies_clean(
         assert cache.write(changes) == []
         assert delta.write_batch(spark, spark.sparkContext.parallelize(changes, 2), 0) == []
         assert verify(stack, warehouse_dir=warehouse, es_url=stores.es_url, redis_url=stores.redis_url,
-                      pipeline=pipeline, redis_prefix=prefix, spark=spark) == [
+                      pipeline=pipeline, redis_prefix=prefix) == [
             Divergence(ITEMS, "search", "missing", 2, ("4", "5"))
         ]
         # The same stores with one row less in PostgreSQL: every view reports it as extra.
         with _owner(stack) as conn:
             conn.execute(f"DELETE FROM {LINES} WHERE order_id = 10 AND line_no = 2")
         found = verify(stack, tables=[LINES], warehouse_dir=warehouse, es_url=stores.es_url,
-                       redis_url=stores.redis_url, pipeline=pipeline, redis_prefix=prefix, spark=spark)
+                       redis_url=stores.redis_url, pipeline=pipeline, redis_prefix=prefix)
         assert {(d.sink, d.kind, d.examples) for d in found} == {
             (sink, "extra", ("[10,2]",)) for sink in ("search", "cache", "warehouse")
         }
