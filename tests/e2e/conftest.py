@@ -17,9 +17,8 @@ from services.connector import registration
 from services.demo import workload
 from services.jobs import driver
 from services.settings import StackSettings
-from services.stack import jars, postgres, process, runner
+from services.stack import postgres, process, runner
 from spark_jobs.config import PipelineConfig, load
-from spark_jobs.session import build_session
 from tests.capture_support import unique_pipeline
 from tests.e2e.support import REDIS_DB, WORKLOAD_SECONDS, Workload, write_pipeline
 from tests.waiting import wait_until
@@ -44,14 +43,6 @@ class RunningPipeline:
 
 
 RUNNING = pytest.StashKey[RunningPipeline]()
-
-
-@pytest.fixture(scope="session")
-def spark(stack):
-    """One Spark session for every module's verify (a JVM start per module costs about a minute)."""
-    session = build_session("tideline-apply-test", jars.bundle_dir(stack, "spark"))
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,8 @@ Kafka or Spark involved.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import hashlib
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from services.verify import nested
+from services.verify.readers import warehouse_query
 from spark_jobs.aggregates import demo_catalogue
 from spark_jobs.config import history_table, load
 from spark_jobs.event_windows import window_starts
@@ -82,18 +84,21 @@ def _last_batch(commits) -> int:
     return max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=-1) if commits.exists() else -1
 
 
-def _history(spark, jobs: StackSettings, table: str) -> dict[int, list[dict]]:
-    """Each row's stored versions in version order, with the compared columns as the trigger renders them."""
-    from pyspark.sql import functions as F
+def _warehouse(jobs: StackSettings, table: str, sql: str = "SELECT * FROM t") -> list[dict]:
+    """The rows of `sql` over the warehouse table `table` (named `t`), read with delta-rs as verify reads it."""
+    return list(warehouse_query(jobs.state_dir / "warehouse" / table, sql))
 
-    frame = spark.read.format("delta").load(str(jobs.state_dir / "warehouse" / history_table(table)))
-    rendered = {"price": F.col("price").cast("string"), "description": F.md5("description")}
-    columns = [rendered.get(name, F.col(name)).alias(name) for name in COMPARED[table]]
-    rows = frame.select("id", "source_op", F.unix_micros("valid_from").alias("valid_from"), VERSION_MAJOR, VERSION_MINOR,
-                        *columns).orderBy("id", VERSION_MAJOR, VERSION_MINOR).collect()
+
+def _history(jobs: StackSettings, table: str) -> dict[int, list[dict]]:
+    """Each row's stored versions in version order, with the compared columns as the trigger renders them."""
+    order = f'ORDER BY id, "{VERSION_MAJOR}", "{VERSION_MINOR}"'
+    rendered = {"price": lambda price: None if price is None else str(price),
+                "description": lambda text: None if text is None else hashlib.md5(text.encode()).hexdigest()}
     found: dict[int, list[dict]] = {}
-    for row in rows:
-        found.setdefault(row["id"], []).append(row.asDict())
+    for row in _warehouse(jobs, history_table(table), f"SELECT * FROM t {order}"):
+        version = {name: row[name] for name in ("id", "source_op", "valid_from", VERSION_MAJOR, VERSION_MINOR)}
+        version |= {name: rendered.get(name, lambda value: value)(row[name]) for name in COMPARED[table]}
+        found.setdefault(row["id"], []).append(version)
     return found
 
 
@@ -115,7 +120,7 @@ def _replay_last_batch(checkpoint: Path) -> None:
 
 
 def test_every_derived_view_converges_and_history_holds_each_version_once_through_a_kill_9_and_replays(
-    run, spark, stack
+    run, stack
 ):
     """Issue 5's acceptance on the session's pipeline: the writer changes every demo table (renames,
     status changes, item edits, deletes) through a kill -9 of the driver and a replay of each query's
@@ -126,7 +131,7 @@ def test_every_derived_view_converges_and_history_holds_each_version_once_throug
     first.finish()
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
         _install_audit(conn)
-        installed_us = conn.execute("SELECT (extract(epoch FROM now()) * 1e6)::bigint").fetchone()[0]
+        installed_at = conn.execute("SELECT now()").fetchone()[0]
     try:
         commits = jobs.state_dir / "checkpoints" / "analytics" / "commits"  # the query writing history
         done_before = _last_batch(commits)
@@ -153,7 +158,7 @@ def test_every_derived_view_converges_and_history_holds_each_version_once_throug
             *((nested.label(name), "search") for name in pipeline.nested)} <= checked, checked
     assert sum(len(v) for v in audited.values()) > 100, "the writer changed too few customers and products"
     for table in COMPARED:
-        stored = _history(spark, jobs, table)
+        stored = _history(jobs, table)
         for row_id, versions in stored.items():
             keys = [(v[VERSION_MAJOR], v[VERSION_MINOR]) for v in versions]
             assert len(set(keys)) == len(keys), f"{table} {row_id}: a version is stored twice: {keys}"
@@ -163,39 +168,32 @@ def test_every_derived_view_converges_and_history_holds_each_version_once_throug
             tail = versions[len(versions) - len(expected):] if expected else []
             assert [_as_audited(v, table) for v in tail] == expected, f"{table} {row_id}: versions differ"
             earlier = versions[: len(versions) - len(expected)]
-            assert all(v["valid_from"] <= installed_us for v in earlier), f"{table} {row_id}: an unaudited later version"
+            assert all(v["valid_from"] <= installed_at for v in earlier), f"{table} {row_id}: an unaudited later version"
     with TestClient(create_app(jobs, pipeline)) as api:  # the API reads what Spark wrote, as it reads any table
         for name in (history_table("customers"), "order_revenue"):
             served = api.get(f"/warehouse/{name}", params={"limit": 1}).json()
-            stored = spark.read.format("delta").load(str(jobs.state_dir / "warehouse" / name)).count()
+            stored = _warehouse(jobs, name, "SELECT count(*) AS n FROM t")[0]["n"]
             assert served["total"] == stored > 0 and len(served["rows"]) == 1, (name, served, stored)
 
 
-def _figures(spark, jobs: StackSettings, name: str) -> dict:
-    from pyspark.sql import functions as F
-
-    path = str(jobs.state_dir / "warehouse" / name)
-    rows = spark.read.format("delta").load(path).select(
-        "window_size_seconds", "window_slide_seconds", F.unix_micros("window_start").alias("start"), "*"
-    ).collect()
-    return {(r["window_size_seconds"], r["window_slide_seconds"], datetime.fromtimestamp(r["start"] / 1e6, UTC)): r
-            for r in rows}
+def _figures(jobs: StackSettings, name: str) -> dict:
+    return {(r["window_size_seconds"], r["window_slide_seconds"], r["window_start"]): r for r in _warehouse(jobs, name)}
 
 
-def test_late_orders_are_recorded_apart_and_on_time_orders_move_their_window(run, spark, stack):
+def test_late_orders_are_recorded_apart_and_on_time_orders_move_their_window(run, stack):
     jobs, pipeline, first = run
     first.finish()
     view = pipeline.windows["order_revenue"]
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
         customer = conn.execute("SELECT min(id) FROM customers").fetchone()[0]
         now = conn.execute("SELECT now()").fetchone()[0]
-    before = _figures(spark, jobs, "order_revenue")
+    before = _figures(jobs, "order_revenue")
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
         on_time = conn.execute("INSERT INTO orders (customer_id, status, total) VALUES (%s, 'paid', 10.00) "
                                "RETURNING id, created_at", (customer,)).fetchone()
     on_time_minute = (60, 60, window_starts(on_time[1], view.windows[0])[0])
     counted = (before[on_time_minute]["row_count"] if on_time_minute in before else 0) + 1
-    wait_until(lambda: _figures(spark, jobs, "order_revenue")[on_time_minute]["row_count"] == counted,
+    wait_until(lambda: _figures(jobs, "order_revenue")[on_time_minute]["row_count"] == counted,
                180, "the on-time order in its window")
     # The watermark is now at most two minutes behind that order: a quarter of an hour back is late.
     late_at = now - timedelta(minutes=15)
@@ -205,12 +203,11 @@ def test_late_orders_are_recorded_apart_and_on_time_orders_move_their_window(run
                                "RETURNING id", (customer, late_at)).fetchone()[0]
 
     def recorded():
-        late = spark.read.format("delta").load(str(jobs.state_dir / "warehouse" / "order_revenue_late"))
-        return late.where(f"row_id = '{late_id}'").collect()
+        return _warehouse(jobs, "order_revenue_late", f"SELECT * FROM t WHERE row_id = '{late_id}'")
 
     records = wait_until(recorded, 180, "the late order's record")
-    after = _figures(spark, jobs, "order_revenue")
-    assert {(r["window_size_seconds"], r["window_slide_seconds"], r["window_start"].replace(tzinfo=UTC)) for r in records} \
+    after = _figures(jobs, "order_revenue")
+    assert {(r["window_size_seconds"], r["window_slide_seconds"], r["window_start"]) for r in records} \
         == late_windows, "one record per closed window the late order falls in"
     assert all(r["value_delta"] == Decimal("123.45") and r["count_delta"] == 1 for r in records)
     assert "window closed" in records[0]["reason"]
@@ -219,7 +216,7 @@ def test_late_orders_are_recorded_apart_and_on_time_orders_move_their_window(run
     for label, windows in (("late order", sorted(late_windows)), ("on-time order", [on_time_minute])):
         for key in windows:  # the figures docs/sinks/delta.md shows
             print(label, key, "before", _pair(before.get(key)), "after", _pair(after.get(key)),
-                  "late", [(r["value_delta"], r["count_delta"]) for r in records if r["window_start"].replace(tzinfo=UTC) == key[2]
+                  "late", [(r["value_delta"], r["count_delta"]) for r in records if r["window_start"] == key[2]
                            and r["window_size_seconds"] == key[0]])
 
 
@@ -233,7 +230,7 @@ def _created_at(table: Path) -> float:
 
 
 def test_tide_rebuild_analytics_rebuilds_history_and_windows_from_the_topics_and_keeps_the_current_state(
-    run, spark, stack
+    run, stack
 ):
     jobs, pipeline, first = run
     first.finish()
