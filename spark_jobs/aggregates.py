@@ -20,6 +20,7 @@ settings and no PostgreSQL credentials, and a typo should fail before any data m
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Literal
@@ -28,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Identifier = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
 Scalar = str | int | bool
-ColumnKind = Literal["integer", "decimal", "enum", "other"]
+# decimal: numeric(p,s); number: any other numeric type (float, unconstrained numeric); time: date/timestamp.
+ColumnKind = Literal["integer", "decimal", "number", "enum", "time", "other"]
 
 
 class _Strict(BaseModel):
@@ -103,6 +105,12 @@ class TableInfo:
 Catalogue = dict[str, TableInfo]
 
 
+def missing_column(field: str, table: str, column: str, columns: Iterable[str]) -> str:
+    """The one-line error for a column the schema does not have, naming the ones it has."""
+    known = ", ".join(sorted(columns)) or "none: does the table exist?"
+    return f"{field}: {table} has no column {column} (columns: {known}); fix pipeline.yaml"
+
+
 @cache
 def demo_catalogue() -> Catalogue:
     """The demo schema's tables and columns (migrations/models.py), imported only when needed."""
@@ -116,8 +124,12 @@ def demo_catalogue() -> Catalogue:
             return ColumnInfo("integer")
         if isinstance(kind, sa.Numeric) and not isinstance(kind, sa.Float) and kind.scale is not None:
             return ColumnInfo("decimal", kind.scale)
+        if isinstance(kind, sa.Numeric):
+            return ColumnInfo("number")
         if isinstance(kind, sa.Enum):
             return ColumnInfo("enum", values=tuple(kind.enums))
+        if isinstance(kind, (sa.Date, sa.DateTime)):
+            return ColumnInfo("time")
         return ColumnInfo("other")
 
     return {
@@ -189,7 +201,7 @@ def plan(name: str, view: AggregateView, cached_tables: set[str], catalogue: Cat
 
     def column(field: str, info: TableInfo, table: str, name: str) -> ColumnInfo:
         if name not in info.columns:
-            raise fail(field, f"unknown column {table}.{name} (columns: {', '.join(info.columns)})")
+            raise AggregateConfigError(missing_column(f"{where}.{field}", table, name, info.columns))
         return info.columns[name]
 
     row = table_info("table", view.table)

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, AggregateView, Catalogue, plans
+from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, AggregateView, Catalogue, missing_column, plans
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "pipeline.yaml"
 
@@ -53,6 +53,37 @@ class CacheView(_Strict):
 
 class WarehouseView(_Strict):
     history: bool = False  # SCD type 2 history table beside the current-state table
+
+
+class WindowSpec(_Strict):
+    """One family of event-time windows: [start, start + size), a new one every `slide` seconds
+    (tumbling when slide is absent), aligned to the Unix epoch as Spark's window() is."""
+
+    size_seconds: int = Field(ge=1, le=7 * 86_400)
+    slide_seconds: int | None = Field(default=None, ge=1)
+
+    @property
+    def slide(self) -> int:
+        return self.slide_seconds or self.size_seconds
+
+    @model_validator(mode="after")
+    def _slide_divides_size(self) -> WindowSpec:
+        if self.size_seconds % self.slide != 0:
+            raise ValueError(f"size_seconds {self.size_seconds} must be a multiple of slide_seconds {self.slide}")
+        return self
+
+
+class WindowView(_Strict):
+    """A Delta table of sum(value_column) and count(*) per event-time window of a table's rows
+    (docs/sinks/delta.md): maintained by the warehouse sink from the table's current state."""
+
+    table: Identifier
+    time_column: Identifier
+    value_column: Identifier
+    windows: list[WindowSpec] = Field(min_length=1)
+    # A window stays open (its figures follow every change) until its end is this far behind the
+    # newest event time seen; a change that would alter a closed window is recorded as late.
+    allowed_lateness_seconds: int = Field(ge=0)
 
 
 class TableConfig(_Strict):
@@ -159,17 +190,16 @@ def nested_column_errors(pipeline: PipelineConfig, columns: dict[str, set[str]])
                 referring = above[-1]
                 referring_known = columns.get(referring, set()) - set(pipeline.tables[referring].exclude_columns)
                 if node.join_column not in referring_known:
-                    errors.append(f"{path}.join_column: {referring} has no column {node.join_column}; "
-                                  f"choose one of {', '.join(sorted(referring_known))}")
-            for column in wanted:
-                if column not in known:
-                    errors.append(f"{path}: {table} has no column {column}; choose from {', '.join(sorted(known))}")
+                    errors.append(missing_column(f"{path}.join_column", referring, node.join_column, referring_known))
+            errors += [missing_column(path, table, column, known) for column in wanted if column not in known]
     return errors
 
 
 class PipelineConfig(_Strict):
     source: SourceConfig = SourceConfig()
     tables: dict[Identifier, TableConfig]
+    # Event-time window tables by name (each a Delta table <warehouse_dir>/<name>).
+    windows: dict[Identifier, WindowView] = {}
     # Derived aggregates the cache keeps in Redis (spark_jobs/aggregates.py, docs/sinks/redis.md).
     cache_aggregates: dict[Identifier, AggregateView] = {}
     # Search indices of join documents, by index name.
@@ -191,6 +221,71 @@ class PipelineConfig(_Strict):
         if not tables:
             raise ValueError("name at least one table to capture")
         return tables
+
+    @model_validator(mode="after")
+    def _windows_name_warehouse_tables(self) -> PipelineConfig:
+        for name, view in self.windows.items():
+            table = self.tables.get(view.table)
+            if table is None:
+                raise ValueError(
+                    f"windows.{name}.table: unknown table {view.table!r}; name one of {', '.join(self.tables)}"
+                )
+            if table.warehouse is None:
+                raise ValueError(f"windows.{name}.table: {view.table} has no warehouse view; add `warehouse: {{}}` to it")
+            if taken := {name, late_table(name)} & self.warehouse_paths():
+                raise ValueError(f"windows.{name}: {', '.join(sorted(taken))} is taken by a warehouse table; choose another")
+        return self
+
+    def warehouse_paths(self) -> set[str]:
+        """Names the warehouse folder holds for the tables: each table and, with history, <table>_history."""
+        names = set()
+        for table, views in self.tables.items():
+            if views.warehouse is not None:
+                names |= {table, history_table(table)} if views.warehouse.history else {table}
+        return names
+
+    def warehouse_tables(self) -> list[str]:
+        """Every table the warehouse writes: current state, history, each window view and its late table."""
+        windows = {table for name in self.windows for table in (name, late_table(name))}
+        return sorted(self.warehouse_paths() | windows)
+
+    def window_problems(self, catalogue: Catalogue) -> list[str]:
+        """What `windows:` gets wrong about the source schema (`catalogue`: spark_jobs.aggregates)."""
+        problems = []
+        for name, view in self.windows.items():
+            info = catalogue.get(view.table)
+            columns = info.columns if info else {}
+            for field, column, kinds, kind in (
+                ("time_column", view.time_column, ("time",), "a date or timestamp"),
+                ("value_column", view.value_column, ("integer", "decimal", "number"), "a numeric"),
+            ):
+                if column not in columns:
+                    problems.append(missing_column(f"windows.{name}.{field}", view.table, column, columns))
+                elif columns[column].kind not in kinds:
+                    problems.append(f"windows.{name}.{field}: {view.table}.{column} is not {kind} column; fix pipeline.yaml")
+        return problems
+
+    def schema_problems(self, catalogue: Catalogue) -> list[str]:
+        """Every column the nested views, cache aggregates and windows name that `catalogue` lacks
+        (or has with an unusable type), one line each: the one check of all three against a schema."""
+        columns = {table: set(info.columns) for table, info in catalogue.items()}
+        problems = nested_column_errors(self, columns) if self.nested else []
+        try:
+            self.aggregate_plans(catalogue)
+        except AggregateConfigError as exc:
+            problems.append(str(exc))
+        return problems + self.window_problems(catalogue)
+
+    def history_tables(self) -> list[str]:
+        return [t for t, views in self.tables.items() if views.warehouse is not None and views.warehouse.history]
+
+    def windowed_tables(self) -> list[str]:
+        return [t for t in self.tables if any(view.table == t for view in self.windows.values())]
+
+    def analytics_tables(self) -> list[str]:
+        """The tables the warehouse's derived tables are built from: with history, or under a window view."""
+        derived = {*self.history_tables(), *self.windowed_tables()}
+        return [t for t in self.tables if t in derived]
 
     @model_validator(mode="after")
     def _aggregates_match_the_schema(self) -> PipelineConfig:
@@ -247,6 +342,16 @@ def schema_columns() -> dict[str, set[str]]:
     from migrations.models import Base  # imported here: only the driver validates, executors never do
 
     return {name: {column.name for column in table.columns} for name, table in Base.metadata.tables.items()}
+
+
+def history_table(table: str) -> str:
+    """The SCD2 history table's name in the warehouse folder."""
+    return f"{table}_history"
+
+
+def late_table(name: str) -> str:
+    """A window view's table of late changes, in the warehouse folder."""
+    return f"{name}_late"
 
 
 def topic_table(topic: str) -> str:

@@ -15,10 +15,12 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspark import inheritable_thread_target
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -46,12 +48,18 @@ def make_sink(name: SinkName, settings: JobSettings, pipeline: PipelineConfig) -
         from spark_jobs.sinks.redis import RedisSink
 
         return RedisSink(settings.redis_url, pipeline)
+    if name == "analytics":
+        from spark_jobs.sinks.delta_analytics import AnalyticsSink
+
+        return AnalyticsSink(str(settings.warehouse_dir), pipeline)
     from spark_jobs.sinks.delta import DeltaSink
 
     return DeltaSink(str(settings.warehouse_dir), pipeline)
 
 
 def tables_with_view(pipeline: PipelineConfig, sink: SinkName) -> list[str]:
+    if sink == "analytics":
+        return pipeline.analytics_tables()
     return [table for table, views in pipeline.tables.items() if getattr(views, VIEW_OF_SINK[sink]) is not None]
 
 
@@ -124,17 +132,31 @@ class BatchWriter:
         # Fewer, larger tasks: one per Kafka partition (12 for the demo) costs a Python task launch
         # each, per stage; coalescing (no shuffle) keeps every partition's records together.
         records = batch.rdd.coalesce(batch.sparkSession.sparkContext.defaultParallelism)
-        newest = records.mapPartitions(
-            lambda rows: newest_per_row(decode_partition(rows, sink, bootstrap, dlq_topic, tables))
-        ).persist()
+        changes = records.mapPartitions(lambda rows: decode_partition(rows, sink, bootstrap, dlq_topic, tables))
+        # A sink that keeps history needs every change, not only the newest per row: decode once.
+        history = getattr(self.sink, "write_history", None)
+        changes = changes.persist() if history else changes
+        newest = changes.mapPartitions(newest_per_row).persist()
         try:
             # Truncates first, from the driver (a handful per batch): a row change applied
             # concurrently in another partition must already see the raised watermark.
             truncates = newest.filter(lambda change: change.op == "t").collect()
             rows = newest.filter(lambda change: change.op != "t")
-            self._apply(batch.sparkSession, truncates, rows, batch_id)
+            if not history:
+                self._apply(batch.sparkSession, truncates, rows, batch_id)
+                return
+            # History is written beside the batch's other tables (the analytics query's windows),
+            # not after them: its tables are its own, and much of a small batch's time is on the
+            # driver (Delta logs, commits), which overlaps.
+            # `changes` is cached by now (the collect above), so the two never decode a record twice.
+            with ThreadPoolExecutor(max_workers=1) as beside:
+                pending = beside.submit(inheritable_thread_target(history), batch.sparkSession, changes, batch_id)
+                self._apply(batch.sparkSession, truncates, rows, batch_id)
+                rejected = pending.result()
+            dead_letters.send(bootstrap, dlq_topic, rejected_letters(sink, rejected))
         finally:
             newest.unpersist()
+            changes.unpersist()
 
     def _wait_for_sink(self, batch_id: int, max_backoff_s: float = 30.0) -> None:
         """Hold this query (only this one) until its store answers. Launching tasks against a store
@@ -188,7 +210,9 @@ def build_query(
         .foreachBatch(writer)
         .option("checkpointLocation", str(checkpoint or settings.checkpoint_dir / sink))
     )
-    interval = settings.warehouse_trigger_interval if sink == "warehouse" else settings.trigger_interval
+    # Delta's queries run fewer, larger batches (a fixed cost per commit); the others the short interval.
+    delta_intervals = {"warehouse": settings.warehouse_trigger_interval, "analytics": settings.analytics_trigger_interval}
+    interval = delta_intervals.get(sink, settings.trigger_interval)
     trigger = {"availableNow": True} if available_now else {"processingTime": interval}
     return stream.trigger(**trigger).start()
 

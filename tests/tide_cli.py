@@ -22,10 +22,16 @@ def tide_env(settings: StackSettings, fields: Iterable[str]) -> dict[str, str]:
     return {**os.environ, "COLUMNS": "200", **overrides}
 
 
+def tide_result(settings: StackSettings, *args: str, fields: Iterable[str], timeout: float = 900
+                ) -> subprocess.CompletedProcess:
+    """Run `tide ARGS` with those settings; whatever it returns, failing or not."""
+    return subprocess.run([*TIDE, *args], env=tide_env(settings, fields), capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def run_tide(settings: StackSettings, *args: str, fields: Iterable[str], timeout: float = 900) -> str:
     """Run `tide ARGS` with those settings; its output, or fail with it."""
-    result = subprocess.run([*TIDE, *args], env=tide_env(settings, fields),
-                            capture_output=True, text=True, timeout=timeout)
+    result = tide_result(settings, *args, fields=fields, timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 

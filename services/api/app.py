@@ -101,7 +101,7 @@ def create_app(settings: StackSettings, pipeline: PipelineConfig | None = None) 
                   ) -> dict[str, Any]:
         return cache.get(table, key)
 
-    @app.get("/warehouse/{table}", summary="Rows of a warehouse current-state table")
+    @app.get("/warehouse/{table}", summary="Rows of a warehouse table: current state, history or window figures")
     def warehouse_rows(
         table: Name,
         limit: Annotated[int, Query(ge=1, le=MAX_WAREHOUSE_LIMIT)] = 100,

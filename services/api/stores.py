@@ -22,7 +22,7 @@ from elasticsearch import ApiError, BadRequestError, Elasticsearch, NotFoundErro
 from services.api import validation
 from services.api.validation import BadInput
 from spark_jobs.config import PipelineConfig
-from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
+from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.redis import decode_row, row_key
 
 MAX_SEARCH_SIZE = 100
@@ -167,7 +167,8 @@ def quoted(name: str) -> str:
 class Warehouse:
     def __init__(self, warehouse_dir: Path, pipeline: PipelineConfig) -> None:
         self.warehouse_dir = warehouse_dir
-        self.tables = sorted(table for table, config in pipeline.tables.items() if config.warehouse is not None)
+        # Current-state tables, history tables and window tables (with their late tables) alike.
+        self.tables = pipeline.warehouse_tables()
 
     def rows(self, table: str, limit: int, offset: int) -> dict[str, Any]:
         if table not in self.tables:
@@ -185,10 +186,8 @@ class Warehouse:
         except DeltaError as exc:
             raise Unavailable(f"cannot open the {table} warehouse table: {exc}") from None
         try:
-            schema = delta.schema()
-            order = [quoted(f.name) for f in schema.fields
-                     if not f.name.startswith(META_PREFIX) and _SORTABLE.fullmatch(_type_name(f.type))]
-            order_by = f" ORDER BY {', '.join(order)}" if order else ""
+            order = _row_order(delta)
+            order_by = f" ORDER BY {', '.join(quoted(name) for name in order)}" if order else ""
             # Only integers validated by the route and names from the table's own schema reach this text.
             sql = f"SELECT * FROM t{order_by} LIMIT {int(limit)} OFFSET {int(offset)}"
             page = QueryBuilder().register("t", delta).execute(sql).read_all()
@@ -198,6 +197,17 @@ class Warehouse:
         columns = {name: page.column(name).to_pylist() for name in page.column_names}
         rows = [{name: to_json(values[i]) for name, values in columns.items()} for i in range(page.num_rows)]
         return {**empty, "total": count.column("n").to_pylist()[0], "rows": rows}
+
+
+def _row_order(delta: DeltaTable) -> list[str]:
+    """The scalar columns in table order; a history table's versions of one row in version order
+    (its key, kept in a table property, then the version, then the rest)."""
+    sortable = [f.name for f in delta.schema().fields
+                if not f.name.startswith(META_PREFIX) and _SORTABLE.fullmatch(_type_name(f.type))]
+    keys = [k for k in delta.metadata().configuration.get(KEYS_PROPERTY, "").split(",") if k]
+    if not keys:
+        return sortable
+    return [*keys, VERSION_MAJOR, VERSION_MINOR, *(name for name in sortable if name not in keys)]
 
 
 def _type_name(data_type: Any) -> str:

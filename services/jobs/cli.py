@@ -21,7 +21,7 @@ rebuild_app = typer.Typer()
 
 @jobs_app.command()
 def start() -> None:
-    """Start the driver (local[2]) and wait until every sink's query runs. Idempotent."""
+    """Start the driver (local[4]) and wait until every sink's query runs. Idempotent."""
     settings = load_settings()
     with user_errors():
         for needed in ("kafka", "elasticsearch", "redis"):
@@ -44,7 +44,7 @@ def status() -> None:
     console.print(status_view.sinks_table(status_view.read(load_settings())))
 
 
-SinkArgument = Annotated[str, typer.Argument(help="search, cache or warehouse")]
+SinkArgument = Annotated[str, typer.Argument(help=", ".join(SINKS[:-1]) + " or " + SINKS[-1])]
 
 
 def _check_sink(sink: str) -> None:

@@ -5,8 +5,10 @@
   atomically and a second pass catches up with what arrived meanwhile. The live
   query writes through the alias, so after the swap it feeds the new version;
   searches never see a half-built index. Old versions are kept for roll-back.
-- cache / warehouse: the jobs stop, the sink's store and checkpoint are cleared,
-  and the jobs start again, so that sink's query replays from offset zero.
+- cache / warehouse / analytics: the jobs stop, the sink's store and checkpoint are
+  cleared, and the jobs start again, so that sink's query replays from offset zero. The
+  warehouse's current-state tables and its derived tables (analytics: history, windows) are
+  separate folders of the same warehouse, each cleared only by its own rebuild.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import process, runner
 from spark_jobs.config import PipelineConfig, load
-from spark_jobs.pipeline import build_query, tables_with_view
+from spark_jobs.pipeline import build_query, make_sink, tables_with_view
 from spark_jobs.session import build_session
 from spark_jobs.settings import JobSettings
 
@@ -70,7 +72,8 @@ def rebuild_by_replay(settings: StackSettings, sink: str, report: Report) -> Non
     if sink == "cache":
         redis.Redis.from_url(jobs.redis_url).flushdb()
     else:
-        shutil.rmtree(jobs.warehouse_dir, ignore_errors=True)
+        for folder in make_sink(sink, jobs, load(jobs.pipeline_file)).folders():
+            shutil.rmtree(folder, ignore_errors=True)
     shutil.rmtree(jobs.checkpoint_dir / sink, ignore_errors=True)
     report(f"{sink} cleared; replaying from offset zero")
     if was_running:

@@ -24,7 +24,8 @@ import psycopg
 from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.stack import postgres
-from services.verify import nested, readers
+from services.api.stores import quoted
+from services.verify import derived, nested, readers
 from services.verify.aggregates import cache_figures, source_figures
 from services.verify.readers import VerifyError
 from services.verify.reconcile import (
@@ -36,9 +37,10 @@ from services.verify.reconcile import (
     spill,
 )
 from spark_jobs.aggregates import AggregatePlan
-from spark_jobs.config import PipelineConfig, load
+from spark_jobs.config import PipelineConfig, WindowView, history_table, load
 from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS, SinkName
+from spark_jobs.sinks.delta_history import IS_CURRENT
 
 __all__ = ["Divergence", "Outcome", "Targets", "VerifyError", "reconcile_views", "verify"]
 
@@ -75,11 +77,12 @@ class Targets:
 class Outcome:
     """The result for one (table, sink): rows on each side and what disagrees (empty when clean)."""
 
-    table: str
-    sink: SinkName
+    table: str  # a table, or a window view's name
+    sink: str  # a sink name, or "history" / "windows" for the warehouse's derived tables
     source_rows: int
     sink_rows: int
     divergences: tuple[Divergence, ...]
+    note: str = ""  # e.g. how many windows have late changes
 
     @property
     def clean(self) -> bool:
@@ -123,20 +126,33 @@ def reconcile_views(
         readers.connect_source(postgres.conninfo(settings)) as conn,
     ):
         for table, wanted in plan:
+            # A table only under a window view has no row-by-row view in analytics (its windows: below).
+            row_views = [sink for sink in wanted if sink != "analytics" or table in pipeline.history_tables()]
+            if not row_views:
+                continue
             excluded = pipeline.tables[table].exclude_columns
             shape, estimate = readers.source_shape(conn, pipeline.source.schema_name, table, excluded)
             canon = Canonicaliser(shape)
             buckets = bucket_count(estimate)
             source = spill(_source_pairs(conn, canon), Path(scratch) / table / "source", buckets)
-            for sink in wanted:
-                pairs = _sink_pairs(sink, canon, targets, pipeline)
-                spilled = spill(pairs, Path(scratch) / table / sink, buckets)
-                outcome = _outcome(table, sink, source, spilled, examples)
-                spilled.remove()
+            for sink in row_views:
+                if sink == "analytics":  # the history table
+                    outcome = _history_outcome(canon, source, targets, Path(scratch), examples)
+                else:
+                    pairs = _sink_pairs(sink, canon, targets, pipeline)
+                    spilled = spill(pairs, Path(scratch) / table / sink, buckets)
+                    outcome = _outcome(table, sink, source, spilled, examples)
+                    spilled.remove()
                 outcomes.append(outcome)
                 if on_outcome:
                     on_outcome(outcome)
             source.remove()
+        for name, view in pipeline.windows.items():
+            if any(table == view.table and "analytics" in wanted for table, wanted in plan):
+                outcome = _windows_outcome(conn, targets, pipeline, name, view, examples)
+                outcomes.append(outcome)
+                if on_outcome:
+                    on_outcome(outcome)
         for aggregate in aggregates_to_verify(pipeline, plan):
             outcome = _aggregate_outcome(aggregate, conn, targets, pipeline, Path(scratch), examples)
             outcomes.append(outcome)
@@ -195,6 +211,33 @@ def _nested_outcome(conn: psycopg.Connection, pipeline: PipelineConfig, name: st
     source.remove()
     spilled.remove()
     return outcome
+
+
+def _history_outcome(
+    canon: Canonicaliser, source: Spilled, targets: Targets, scratch: Path, examples: int
+) -> Outcome:
+    """The history table's current versions against PostgreSQL, plus its own structure."""
+    table = canon.shape.table
+    path = targets.warehouse_dir / history_table(table)
+    rows = readers.warehouse_rows(path, canon.shape, where=quoted(IS_CURRENT))
+    spilled = spill(((_warehouse_id(canon, row), canon.digest(row)) for row in rows), scratch / table / "history",
+                    source.buckets)
+    tally = compare(source, spilled, examples, unique_ids=False)
+    spilled.remove()
+    structure = derived.history_structure(path, canon.shape, examples)
+    divergences = tally.divergences(table, "history") + structure.divergences(table, "history")
+    return Outcome(table, "history", source.rows, spilled.rows, tuple(divergences))
+
+
+def _windows_outcome(
+    conn: psycopg.Connection, targets: Targets, pipeline: PipelineConfig, name: str, view: WindowView, examples: int
+) -> Outcome:
+    """A window table (plus its late deltas) against PostgreSQL's rows aggregated the same way."""
+    expected = derived.source_figures(conn, pipeline.source.schema_name, view)
+    figures, late = derived.warehouse_figures(targets.warehouse_dir, name)
+    tally = derived.compare_figures(expected, figures, late, examples)
+    note = f"{len(late)} windows with late changes" if late else ""
+    return Outcome(name, "windows", len(expected), len(figures), tuple(tally.divergences(name, "windows")), note)
 
 
 def selection(

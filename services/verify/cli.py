@@ -27,6 +27,7 @@ class SinkChoice(enum.StrEnum):
     search = "search"
     cache = "cache"
     warehouse = "warehouse"
+    analytics = "analytics"  # the warehouse's history and window tables
 
 
 def verify_command(
@@ -75,7 +76,8 @@ def verify_command(
 
 def _progress(outcome: Outcome) -> None:
     state = "[green]ok[/green]" if outcome.clean else "[red]diverges[/red]"
-    console.print(f"  {outcome.table} → {outcome.sink}: {outcome.source_rows} rows, {state}", highlight=False)
+    note = f" ({outcome.note})" if outcome.note else ""
+    console.print(f"  {outcome.table} → {outcome.sink}: {outcome.source_rows} rows, {state}{note}", highlight=False)
 
 
 def summary(outcomes: list[Outcome]) -> Table:

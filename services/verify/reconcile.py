@@ -31,10 +31,12 @@ from uuid import UUID
 from spark_jobs.merge import doc_id
 from spark_jobs.sinks.base import META_PREFIX
 
-Kind = Literal["missing", "extra", "different", "duplicate"]
+Kind = Literal["missing", "extra", "different", "duplicate", "interval"]
 # missing: in PostgreSQL, not in the sink; extra: in the sink only; different: content hash differs;
-# duplicate: a second row for one key in a store that can hold two (a Delta table).
-KINDS: tuple[Kind, ...] = ("missing", "extra", "different", "duplicate")
+# duplicate: a second row for one key in a store that can hold two (a Delta table), or a second copy
+# of one version in a history table; interval: a history version's valid_to or is_current does not
+# follow from the row's versions (services/verify/derived.py).
+KINDS: tuple[Kind, ...] = ("missing", "extra", "different", "duplicate", "interval")
 
 # A column the sink's row does not have at all (distinct from NULL). PostgreSQL text cannot hold NUL.
 # Decimal arithmetic with room for any NUMERIC (up to 131072 digits before the point).

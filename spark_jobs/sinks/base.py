@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 META_PREFIX = "tl_"
 VERSION_MAJOR = "tl_version_major"
 VERSION_MINOR = "tl_version_minor"
+# A history table's primary-key columns, in its Delta table properties (a version's key is key + version).
+KEYS_PROPERTY = "tideline.primaryKey"
 COMMIT_TS = "tl_commit_ts"
 
 
@@ -72,3 +74,11 @@ class BatchSink(Protocol):
     def write_batch(self, spark: SparkSession, changes: RDD[Change], batch_id: int) -> list[Rejected]:
         """Apply one micro-batch (an RDD of the newest change per row; never collected to the driver).
         Idempotent for a replayed batch_id. Returns the (few) changes it could not apply."""
+
+    def folders(self) -> list[str]:
+        """Every folder the sink writes: `tide rebuild` clears them before its query replays the topics."""
+
+    # Optional: a sink that has it (the analytics sink, for SCD2 history) is also called, beside
+    # `write_batch`, with every decoded change of the batch before the newest-per-row reduction:
+    # def write_history(self, spark, changes: RDD[Change], batch_id: int) -> list[Rejected]
+

@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
 
+    from spark_jobs.sinks.delta_windows import DeltaWindows
+
 # ---------------------------------------------------------------- types
 
 _SCALARS: dict[str, DataType] = {
@@ -309,7 +311,48 @@ _TRUNCATES_SCHEMA = StructType([StructField("table", StringType()), StructField(
                                 StructField("minor", LongType())])
 # Deletion vectors: MERGE/DELETE mark rows instead of rewriting whole files. Type widening is switched on
 # only when a column first needs it (`_evolve`): it is a reader feature that older readers refuse.
-_TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
+TABLE_PROPERTIES = {"delta.enableDeletionVectors": "true"}
+
+
+def stored_schema(spark: SparkSession, path: str) -> dict[str, DataType] | None:
+    """The data columns of the Delta table at `path` (None if there is none): reads the log, not the data."""
+    if not _delta().isDeltaTable(spark, path):
+        return None
+    schema = spark.read.format("delta").load(path).schema
+    return {f.name: f.dataType for f in schema.fields if not f.name.startswith(META_PREFIX)}
+
+
+def create_table(spark: SparkSession, path: str, schema: StructType, properties: dict[str, str] | None = None) -> None:
+    """Create the Delta table at `path` if missing, with deletion vectors (so a MERGE that changes
+    nothing commits nothing) and the given extra properties."""
+    remove_uncommitted_log(path)
+    builder = _delta().createIfNotExists(spark).location(path).addColumns(schema)
+    for key, value in (TABLE_PROPERTIES | (properties or {})).items():
+        builder = builder.property(key, value)
+    builder.execute()
+
+
+def evolve(
+    spark: SparkSession,
+    path: str,
+    plan: _TablePlan,
+    stored: dict[str, DataType] | None,
+    meta: list[StructField],
+    properties: dict[str, str] | None = None,
+) -> None:
+    """Create the table, add new columns, widen widened ones: before the MERGE, so the MERGE never
+    sees a column the table lacks (a column added at the source appears without a restart)."""
+    target = f"delta.{_q(path)}"
+    if stored is None:
+        create_table(spark, path, StructType([StructField(c, t) for c, t in plan.fields.items()] + meta), properties)
+        return
+    added = [f"{_q(c)} {t.simpleString()}" for c, t in plan.fields.items() if c not in stored]
+    if added:
+        spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({', '.join(added)})")
+    for column, dtype in plan.fields.items():
+        if column in stored and stored[column] != dtype:
+            spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+            spark.sql(f"ALTER TABLE {target} ALTER COLUMN {_q(column)} TYPE {dtype.simpleString()}")
 
 
 class DeltaSink:
@@ -320,9 +363,15 @@ class DeltaSink:
 
     name = "warehouse"
 
-    def __init__(self, warehouse_dir: str, pipeline: PipelineConfig) -> None:
+    def __init__(self, warehouse_dir: str, pipeline: PipelineConfig, windows: DeltaWindows | None = None) -> None:
         self.warehouse_dir = warehouse_dir.rstrip("/")
         self.tables = frozenset(t for t, views in pipeline.tables.items() if views.warehouse is not None)
+        # Imported here: that module builds on this one's encoding and MERGE helpers.
+        from spark_jobs.sinks.delta_windows import DeltaWindows
+
+        # Window tables refreshed from these tables after each MERGE (the analytics query's copy,
+        # `spark_jobs/sinks/delta_analytics.py`); none for the warehouse's current state.
+        self.windows = windows if windows is not None else DeltaWindows(self.warehouse_dir, {})
 
     def path(self, table: str) -> str:
         return f"{self.warehouse_dir}/{table}"
@@ -335,6 +384,10 @@ class DeltaSink:
     def truncates_path(self) -> str:
         return f"{self.warehouse_dir}/_tideline/truncates"
 
+    def folders(self) -> list[str]:
+        """Every folder this sink writes (`tide rebuild warehouse` clears them)."""
+        return [*(self.path(table) for table in sorted(self.tables)), self.tombstones_path, self.truncates_path]
+
     def setup(self, pipeline: PipelineConfig) -> None:
         """Called once on the driver before the first batch: creates the bookkeeping tables if missing.
         Row tables are created by the first batch that has their column types. Idempotent."""
@@ -344,6 +397,7 @@ class DeltaSink:
         for path, schema in ((self.tombstones_path, _TOMBSTONES_SCHEMA), (self.truncates_path, _TRUNCATES_SCHEMA)):
             remove_uncommitted_log(path)
             _delta().createIfNotExists(spark).location(path).addColumns(schema).execute()
+        self.windows.setup(spark)
 
     def write_batch(self, spark: SparkSession, changes: RDD[Change], batch_id: int) -> list[Rejected]:
         """Apply one micro-batch: truncates first, then one MERGE per table. Reads `changes` once per
@@ -389,6 +443,7 @@ class DeltaSink:
         )
         mark = spark.createDataFrame([(table, *version)], _TRUNCATES_SCHEMA)
         self._keep_max(spark, self.truncates_path, mark, "t.`table` = s.`table`")
+        self.windows.refresh(spark, table, self.path(table))
 
     def _keep_max(self, spark: SparkSession, path: str, source: DataFrame, on: str) -> None:
         (
@@ -401,9 +456,9 @@ class DeltaSink:
     # -------------------------------------------------------------- rows
 
     def _apply_table(self, spark: SparkSession, table: str, facts: _TableFacts, changes: RDD[Change]) -> list[Rejected]:
-        stored = self._stored_schema(spark, table)
+        stored = stored_schema(spark, self.path(table))
         plan = _plan(table, facts, stored or {})
-        self._evolve(spark, plan, stored)
+        evolve(spark, self.path(table), plan, stored, _TABLE_META)
         encoded = changes.map(partial(_encode, plan=plan)).persist()
         try:
             rejected = encoded.filter(lambda pair: pair[1] is not None).map(lambda pair: pair[1]).collect()
@@ -411,39 +466,15 @@ class DeltaSink:
             fresh = self._fresh(spark, plan, spark.createDataFrame(rows, plan.source_schema())).persist()
             try:
                 if not fresh.isEmpty():
+                    self.windows.record_late(spark, plan, fresh, self.path(table))
                     self._merge(spark, plan, fresh)
                     self._record_tombstones(spark, table, fresh)
+                    self.windows.refresh(spark, table, self.path(table))
             finally:
                 fresh.unpersist()
         finally:
             encoded.unpersist()
         return rejected
-
-    def _stored_schema(self, spark: SparkSession, table: str) -> dict[str, DataType] | None:
-        if not _delta().isDeltaTable(spark, self.path(table)):
-            return None
-        schema = spark.read.format("delta").load(self.path(table)).schema  # reads the log, not the data
-        return {f.name: f.dataType for f in schema.fields if not f.name.startswith(META_PREFIX)}
-
-    def _evolve(self, spark: SparkSession, plan: _TablePlan, stored: dict[str, DataType] | None) -> None:
-        """Create the table, add new columns, widen widened ones: before the MERGE, so the MERGE never
-        sees a column the table lacks (a column added at the source appears without a restart)."""
-        target = f"delta.{_q(self.path(plan.table))}"
-        if stored is None:
-            remove_uncommitted_log(self.path(plan.table))
-            schema = StructType([StructField(c, t) for c, t in plan.fields.items()] + _TABLE_META)
-            builder = _delta().createIfNotExists(spark).location(self.path(plan.table)).addColumns(schema)
-            for key, value in _TABLE_PROPERTIES.items():
-                builder = builder.property(key, value)
-            builder.execute()
-            return
-        added = [f"{_q(c)} {t.simpleString()}" for c, t in plan.fields.items() if c not in stored]
-        if added:
-            spark.sql(f"ALTER TABLE {target} ADD COLUMNS ({', '.join(added)})")
-        for column, dtype in plan.fields.items():
-            if column in stored and stored[column] != dtype:
-                spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
-                spark.sql(f"ALTER TABLE {target} ALTER COLUMN {_q(column)} TYPE {dtype.simpleString()}")
 
     def _fresh(self, spark: SparkSession, plan: _TablePlan, source: DataFrame) -> DataFrame:
         """The changes that beat the table's truncate watermark and their row's tombstone. The row's own

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -15,10 +18,11 @@ from kafka import KafkaProducer
 
 from services.demo import workload
 from services.settings import StackSettings
-from services.jobs import dlq, lag
-from services.stack import postgres
-from services.verify import verify
+from services.jobs import dlq, driver, lag
+from services.stack import postgres, process, runner
+from services.verify import Outcome, reconcile_views
 from spark_jobs.config import PipelineConfig
+from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
 from tests import tide_cli
 from tests.tide_cli import TIDE  # noqa: F401 - re-exported for the e2e modules
@@ -62,6 +66,13 @@ class Workload(threading.Thread):
         return self.done
 
 
+def kill_9_driver(jobs: StackSettings) -> None:
+    """SIGKILL the apply driver (no shutdown of any kind) and wait until it is gone."""
+    started = process.read_pid_file(runner.pid_file(jobs, driver.SERVICE))
+    os.kill(started.pid, signal.SIGKILL)
+    wait_until(lambda: not process.is_running(started), 30, "the driver to die")
+
+
 def write_pipeline(pipeline: PipelineConfig, path: Path) -> None:
     path.write_text(yaml.safe_dump(pipeline.model_dump(by_alias=True, mode="json")))
 
@@ -81,16 +92,23 @@ def tide(jobs: StackSettings, *args: str) -> str:
     return tide_cli.run_tide(jobs, *args, fields=E2E_FIELDS)
 
 
+def tide_result(jobs: StackSettings, *args: str) -> subprocess.CompletedProcess:
+    """Run `tide ARGS` against the tests' pipeline; whatever it returns, failing or not."""
+    return tide_cli.tide_result(jobs, *args, fields=E2E_FIELDS)
+
+
 def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float, sinks=SINKS) -> None:
     """Wait until each of `sinks`' queries has committed past the end of its topics as of now.
 
     Cheap (checkpoint files and Kafka end offsets), so the pipeline is not slowed by the test."""
     topics = [pipeline.topic(table) for table in pipeline.tables]
     ends = lag.end_offsets(jobs, topics)
+    read = {sink: {pipeline.topic(table) for table in tables_with_view(pipeline, sink)} for sink in sinks}
 
     def behind() -> dict[str, int]:
         return {
-            sink: lag.records_behind(lag.committed_offsets(jobs.state_dir / "checkpoints" / sink), ends)
+            sink: lag.records_behind(lag.committed_offsets(jobs.state_dir / "checkpoints" / sink),
+                                     {topic: parts for topic, parts in ends.items() if topic in read[sink]})
             for sink in sinks
         }
 
@@ -102,19 +120,22 @@ def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float, sin
         raise AssertionError(f"{exc}; behind: {behind()}; ends then {ends}, now {now}; committed {committed}") from None
 
 
-def converged(settings, pipeline, timeout=None, tables=None, sinks=SINKS) -> None:
-    """Caught up with the topics, then verify clean (PostgreSQL as the oracle)."""
+def converged(settings, pipeline, timeout=None, tables=None, sinks=SINKS) -> list[Outcome]:
+    """Caught up with the topics, then verify clean (PostgreSQL as the oracle); the clean outcomes,
+    one per view checked."""
     caught_up(settings, pipeline, timeout or CONVERGE_S, sinks)
-    last: list = []
+    last: list[Outcome] = []
 
-    def clean() -> bool:
-        last[:] = verify(settings, pipeline=pipeline, tables=tables, sinks=sinks)
-        return not last
+    def all_clean() -> bool:
+        last[:] = reconcile_views(settings, pipeline=pipeline, tables=tables, sinks=sinks)
+        return all(outcome.clean for outcome in last)
 
     try:
-        wait_until(clean, 60, "every view to equal PostgreSQL (tide verify clean)", interval=5)
+        wait_until(all_clean, 60, "every view to equal PostgreSQL (tide verify clean)", interval=5)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; divergences: {last[:10]}") from None
+        divergences = [d for outcome in last for d in outcome.divergences]
+        raise AssertionError(f"{exc}; divergences: {divergences[:10]}") from None
+    return list(last)
 
 
 def dead_lettered_by_every_sink(stack: StackSettings, topic: str, key: bytes, value: bytes, what: str) -> list[dict]:

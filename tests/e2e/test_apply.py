@@ -9,9 +9,7 @@ writes to every demo table. `tide verify` (PostgreSQL as the oracle) decides.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import time
 import uuid
 
@@ -29,9 +27,10 @@ from services.stack import postgres, process, runner
 from services.verify import verify
 from spark_jobs.config import PipelineConfig
 from spark_jobs.merge import doc_id
+from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
 from tests.capture_support import read_topic
-from tests.e2e.support import CONVERGE_S, REDIS_DB, Workload, caught_up, converged, dead_lettered_by_every_sink, tide
+from tests.e2e.support import CONVERGE_S, REDIS_DB, Workload, caught_up, converged, dead_lettered_by_every_sink, kill_9_driver, tide
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
@@ -67,9 +66,7 @@ def test_kill_9_of_the_driver_loses_nothing_and_never_goes_back_a_version(run, s
     writer = Workload(stack, seed=13)
     writer.start()
     wait_until(lambda: writer.done >= 100, 60, "writes before the kill")
-    started = process.read_pid_file(runner.pid_file(jobs, driver.SERVICE))
-    os.kill(started.pid, signal.SIGKILL)
-    wait_until(lambda: not process.is_running(started), 30, "the driver to die")
+    kill_9_driver(jobs)
     wait_until(lambda: writer.done >= 300, 60, "writes while the driver is down")
     runner.start_and_wait(jobs, [driver.SERVICE])
     writer.finish()
@@ -110,16 +107,16 @@ def test_deleted_row_is_not_resurrected_by_a_replayed_older_change(run, stack):
     producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap)
     replayed = producer.send(topic, key=create.key, value=create.value, partition=create.partition).get(timeout=30)
     producer.close()
-    wait_until(lambda: _all_sinks_past(jobs, topic, create.partition, replayed.offset), 120, "every sink past the replay")
+    wait_until(lambda: _all_sinks_past(jobs, pipeline, topic, create.partition, replayed.offset), 120, "every sink past the replay")
     assert _clean(jobs, pipeline, tables=["customers"])
     cache = redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB)
     assert not cache.exists(f"customers:{doc_id({'id': key})}")
 
 
-def _all_sinks_past(jobs: StackSettings, topic: str, partition: int, offset: int) -> bool:
+def _all_sinks_past(jobs: StackSettings, pipeline: PipelineConfig, topic: str, partition: int, offset: int) -> bool:
     return all(
         lag.committed_offsets(jobs.state_dir / "checkpoints" / sink).get(topic, {}).get(partition, 0) > offset
-        for sink in ("search", "cache", "warehouse")
+        for sink in SINKS if topic in {pipeline.topic(t) for t in tables_with_view(pipeline, sink)}
     )
 
 
@@ -192,7 +189,7 @@ def test_stopping_elasticsearch_leaves_redis_and_delta_fresh_and_search_catches_
         assert applied >= 2
     finally:
         runner.up(stack, ["elasticsearch"])
-    writer.finish()
+        writer.finish()  # also on failure: a writer left running would load every later test
     converged(jobs, pipeline)
 
 

@@ -18,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.api.app import create_app
 from services.settings import StackSettings
 from services.stack import postgres, runner
+from spark_jobs.pipeline import tables_with_view
+from spark_jobs.settings import SINKS
 from tests import tide_cli
 from tests.e2e.support import E2E_FIELDS, TIDE, tide, tide_env
 from tests.waiting import wait_until
@@ -84,12 +86,12 @@ def test_status_metrics_and_tide_status_show_every_sink_fresh_after_a_commit(run
             for sink in status["sinks"]) else None
 
     status = wait_until(applied_everywhere, CAUGHT_UP_S, "every sink to apply the new order", interval=1)
-    assert {sink["sink"] for sink in status["sinks"]} == {"search", "cache", "warehouse"}
+    assert {sink["sink"] for sink in status["sinks"]} == set(SINKS)
     assert status["source"]["connector"] == pipeline.source.connector
     assert status["source"]["slot_active"] is True and status["source"]["slot_lag_bytes"] >= 0
     assert status["problems"] == []
     for sink in status["sinks"]:
-        assert {table["table"] for table in sink["tables"]} == set(pipeline.tables)
+        assert {table["table"] for table in sink["tables"]} == set(tables_with_view(pipeline, sink["sink"]))
         assert sink["oldest_unapplied_age_s"] is None  # nothing waits
         assert 0 <= _table(status, sink["sink"], "orders")["newest_applied_age_s"] < CAUGHT_UP_S
 
@@ -106,7 +108,7 @@ def test_status_metrics_and_tide_status_show_every_sink_fresh_after_a_commit(run
     rows = _cli_rows(jobs, "status")
     assert rows[f"connector {pipeline.source.connector}"][1] == "RUNNING"
     assert rows[f"slot {pipeline.source.slot}"][1] == "active"
-    assert {name for name in ("search", "cache", "warehouse") if rows[name][1] == "running"} == {"search", "cache", "warehouse"}
+    assert {name for name in SINKS if rows[name][1] == "running"} == set(SINKS)
 
 
 def test_stopping_connect_shows_the_connector_down_and_the_slot_lag_growing_then_both_recover(run, api, stack):

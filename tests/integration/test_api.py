@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pytest
 import redis
-from deltalake import QueryBuilder, write_deltalake
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from elasticsearch import Elasticsearch
 from fastapi.testclient import TestClient
 
@@ -21,7 +21,7 @@ from services.stack import elasticsearch as es_service
 from spark_jobs import config
 from spark_jobs.changes import Change
 from spark_jobs.config import PipelineConfig, SearchView
-from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
+from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 from spark_jobs.sinks.redis import RedisSink
 
@@ -102,6 +102,22 @@ def world(services: StackSettings, tmp_path_factory: pytest.TempPathFactory) -> 
         "arrow_cast(created_at, 'Timestamp(Microsecond, Some(\"UTC\"))') AS created_at, "
         "CAST(v AS BIGINT) AS tl_version_major, CAST(v AS BIGINT) AS tl_version_minor "
         f"FROM (VALUES {rows_sql}) AS v(id, name, country, credit, created_at, v) ORDER BY id DESC"))
+    # A history table (versions of rows 1 and 2; names sort against version order) and a window table,
+    # laid out as the Delta sink writes them. order_revenue_late stays unwritten.
+    history = settings.state_dir / "warehouse" / "customers_history"
+    write_deltalake(str(history), QueryBuilder().execute(
+        "SELECT CAST(id AS BIGINT) AS id, name, source_op, "
+        "arrow_cast(valid_from, 'Timestamp(Microsecond, Some(\"UTC\"))') AS valid_from, is_current, "
+        "CAST(v AS BIGINT) AS tl_version_major, CAST(v AS BIGINT) AS tl_version_minor "
+        "FROM (VALUES (2, 'Zed', 'c', '2026-01-01T09:00:00Z', false, 10), (1, 'Ada', 'u', '2026-01-02T09:00:00Z', true, 30), "
+        "(2, 'Amy', 'u', '2026-01-03T09:00:00Z', true, 40), (1, 'Zoe', 'c', '2026-01-01T08:00:00Z', false, 20)) "
+        "AS h(id, name, source_op, valid_from, is_current, v)"))
+    DeltaTable(str(history)).alter.set_table_properties({KEYS_PROPERTY: "id"}, raise_if_not_exists=False)
+    write_deltalake(str(settings.state_dir / "warehouse" / "order_revenue"), QueryBuilder().execute(
+        "SELECT CAST(60 AS INT) AS window_size_seconds, CAST(60 AS INT) AS window_slide_seconds, "
+        "arrow_cast('2026-01-01T09:00:00Z', 'Timestamp(Microsecond, Some(\"UTC\"))') AS window_start, "
+        "arrow_cast('2026-01-01T09:01:00Z', 'Timestamp(Microsecond, Some(\"UTC\"))') AS window_end, "
+        "CAST('123.45' AS DECIMAL(12,2)) AS value_sum, CAST(2 AS BIGINT) AS row_count"))
 
     with TestClient(create_app(settings, pipeline)) as client:
         yield {"client": client, "alias": alias, "orders_alias": pipeline.tables["orders"].search.index, "es": es}
@@ -266,8 +282,24 @@ def test_a_warehouse_view_not_written_yet_is_empty(api):
     assert response.json()["total"] == 0 and response.json()["rows"] == []
 
 
+def test_history_and_window_tables_are_served_like_the_current_state(api):
+    history = api.get("/warehouse/customers_history").json()
+    assert [(row["id"], row["name"], row["is_current"]) for row in history["rows"]] == [
+        (1, "Zoe", False), (1, "Ada", True), (2, "Zed", False), (2, "Amy", True)]  # by key, then version
+    assert history["rows"][1]["valid_from"] == "2026-01-02T09:00:00+00:00"
+    windows = api.get("/warehouse/order_revenue").json()
+    assert windows["rows"] == [{"window_size_seconds": 60, "window_slide_seconds": 60,
+                                "window_start": "2026-01-01T09:00:00+00:00", "window_end": "2026-01-01T09:01:00+00:00",
+                                "value_sum": "123.45", "row_count": 2}]
+    late = api.get("/warehouse/order_revenue_late")
+    assert late.status_code == 200 and late.json()["total"] == 0  # declared, not written yet
+    listed = api.get("/warehouse/nope").json()["detail"]
+    assert all(name in listed for name in ("customers_history", "order_revenue", "order_revenue_late")), listed
+
+
 @pytest.mark.parametrize(("path", "params", "status", "message"), [
     ("/warehouse/nope", {}, 404, "no warehouse view for table 'nope'"),
+    ("/warehouse/products_history", {}, 404, "no warehouse view for table 'products_history'"),
     ("/warehouse/products", {}, 404, "no warehouse view for table 'products'"),
     ("/warehouse/customers", {"limit": 1001}, 422, "less than or equal to 1000"),
     ("/warehouse/customers", {"limit": 0}, 422, "greater than or equal to 1"),

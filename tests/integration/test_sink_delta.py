@@ -4,6 +4,7 @@ truncates, schema evolution, type conflicts, composite keys, replays that commit
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -13,9 +14,12 @@ import pytest
 from services.settings import StackSettings
 from services.stack import jars
 from spark_jobs.changes import Change, ColumnType, decode
-from spark_jobs.config import PipelineConfig, TableConfig, WarehouseView
+from spark_jobs.config import PipelineConfig, TableConfig, WarehouseView, WindowSpec, WindowView
+from spark_jobs.event_windows import aggregate
+from spark_jobs.merge import newest_per_row
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta import DeltaSink
+from spark_jobs.sinks.delta_analytics import AnalyticsSink
 from tests import stale_fill
 
 pytestmark = pytest.mark.stack
@@ -235,6 +239,137 @@ def test_incompatible_type_change_is_rejected_and_the_rest_applies_while_widenin
     assert found[(1, 1)]["quantity"] == 1 and found[(1, 2)]["quantity"] == 2**40 and (2, 1) in found
     quantity = spark.read.format("delta").load(sink.path("order_items")).schema["quantity"]
     assert quantity.dataType.simpleString() == "bigint"
+
+
+# ---------------------------------------------------------------- SCD2 history and event-time windows
+
+ORDER_TYPES = {"id": ColumnType("INT8"), "total": ColumnType("NUMERIC", 12, 2), "created_at": ColumnType("TIMESTAMPTZ")}
+MINUTE = timedelta(minutes=1)
+T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+DERIVED = PipelineConfig(
+    tables={"products": TableConfig(warehouse=WarehouseView(history=True)), "orders": TableConfig(warehouse=WarehouseView())},
+    windows={"revenue": WindowView(table="orders", time_column="created_at", value_column="total",
+                                   windows=[WindowSpec(size_seconds=60), WindowSpec(size_seconds=180, slide_seconds=60)],
+                                   allowed_lateness_seconds=60)},
+)
+
+
+@pytest.fixture
+def derived(tmp_path_factory: pytest.TempPathFactory, spark) -> AnalyticsSink:
+    sink = AnalyticsSink(str(tmp_path_factory.mktemp("derived")), DERIVED)
+    sink.setup(DERIVED)
+    return sink
+
+
+def committed(seq, commit: datetime, c: Change) -> Change:
+    return replace(c, sequence=seq, commit_ts_ms=int(commit.timestamp() * 1000))
+
+
+def history(spark, sink: AnalyticsSink, table: str = "products") -> list[dict]:
+    frame = spark.read.format("delta").load(sink.history.path(table))
+    return [r.asDict() for r in frame.orderBy("id", VERSION_MAJOR, VERSION_MINOR).collect()]
+
+
+def write_all(spark, sink: AnalyticsSink, changes: list[Change], batch_id: int) -> list:
+    """What the pipeline does per batch: newest per row to write_batch, every change to write_history."""
+    rdd = spark.sparkContext.parallelize(changes, 1)  # a row's changes share a partition, as Kafka keys them
+    return sink.write_batch(spark, rdd.mapPartitions(newest_per_row), batch_id) + sink.write_history(spark, rdd, batch_id)
+
+
+def test_history_keeps_every_version_in_order_whatever_the_arrival_order_and_replays_add_nothing(spark, derived):
+    v1 = committed((0, 1), T0, product((0, 1), op="r", description="long text"))
+    v2 = committed((2, 1), T0 + MINUTE, product((2, 1), unavailable={"description"}, price=Decimal("2.00")))
+    v3 = committed((3, 1), T0 + 2 * MINUTE, product((3, 1), op="d"))
+    v4 = committed((4, 1), T0 + 3 * MINUTE, product((4, 1), op="c", description="again"))
+    other = committed((2, 5), T0 + MINUTE, product((2, 5), key=2, op="c"))
+    # v2 arrives a batch after v1 and v3 (a replay after a re-delivery), v4 with it, v2 twice.
+    assert write_all(spark, derived, [v1, v3, other], 0) == []
+    assert write_all(spark, derived, [v4, v2, v2], 1) == []
+    found = [r for r in history(spark, derived) if r["id"] == 1]
+    assert [(r["source_op"], r["valid_from"], r["valid_to"], r["is_current"]) for r in found] == [
+        ("r", T0.replace(tzinfo=None), (T0 + MINUTE).replace(tzinfo=None), False),
+        ("u", (T0 + MINUTE).replace(tzinfo=None), (T0 + 2 * MINUTE).replace(tzinfo=None), False),
+        ("d", (T0 + 2 * MINUTE).replace(tzinfo=None), (T0 + 3 * MINUTE).replace(tzinfo=None), False),
+        ("c", (T0 + 3 * MINUTE).replace(tzinfo=None), None, True),
+    ]
+    assert found[1]["description"] == "long text", "an unchanged TOASTed column comes from the version before"
+    assert found[1]["price"] == Decimal("2.00") and found[1]["tl_unavailable"] == []
+    assert found[2]["name"] is None, "a delete carries only its key"
+    held = versions(spark, derived.history.path("products"))
+    assert write_all(spark, derived, [v4, v2, v1, v3], 2) == []
+    assert len(history(spark, derived)) == 5
+    assert versions(spark, derived.history.path("products")) == held, "a replay must not commit to the history"
+
+
+def test_a_truncate_closes_every_live_row_in_the_history(spark, derived):
+    write_all(spark, derived, [committed((1, k), T0, product((1, k), key=k, op="c")) for k in (1, 2)], 0)
+    write_all(spark, derived, [committed((2, 1), T0 + MINUTE, product((2, 1), key=2, op="d"))], 1)
+    truncate = replace(change("products", (3, 0), "t", {}, None, PRODUCT_TYPES), commit_ts_ms=int((T0 + 2 * MINUTE).timestamp() * 1000))
+    write_all(spark, derived, [truncate], 2)
+    found = history(spark, derived)
+    assert [(r["id"], r["source_op"]) for r in found] == [(1, "c"), (1, "t"), (2, "c"), (2, "d")]
+    assert not any(r["is_current"] for r in found) and found[0]["valid_to"] == (T0 + 2 * MINUTE).replace(tzinfo=None)
+
+
+def order(seq, key, total, created: datetime | None, op="u") -> Change:
+    after = None if op == "d" else {"id": key, "total": Decimal(total), "created_at": created}
+    return change("orders", seq, op, {"id": key}, after, ORDER_TYPES)
+
+
+def window_figures(spark, sink: AnalyticsSink) -> dict:
+    frame = spark.read.format("delta").load(sink.windows.path("revenue"))
+    return {(r["window_size_seconds"], r["window_slide_seconds"], r["window_start"].replace(tzinfo=UTC)):
+            (r["value_sum"], r["row_count"]) for r in frame.collect()}
+
+
+def late_deltas(spark, sink: AnalyticsSink) -> dict:
+    path = sink.windows.path("revenue_late")
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return {}
+    found: dict = {}
+    for r in spark.read.format("delta").load(path).collect():
+        key = (r["window_size_seconds"], r["window_slide_seconds"], r["window_start"].replace(tzinfo=UTC))
+        value, count = found.get(key, (Decimal(0), 0))
+        found[key] = (value + r["value_delta"], count + r["count_delta"])
+    return found
+
+
+def test_windows_follow_the_current_rows_until_closed_then_record_late_changes(spark, derived):
+    spec = DERIVED.windows["revenue"].windows
+    rows = {1: ("10.00", T0), 2: ("5.00", T0 + MINUTE), 3: ("7.00", T0 + 5 * MINUTE)}
+    write_all(spark, derived, [order((1, k), k, total, at, "r") for k, (total, at) in rows.items()], 0)
+    assert window_figures(spark, derived) == aggregate(((at, Decimal(t)) for t, at in rows.values()), spec)
+    # The watermark is now T0+5m - 60 s: windows ending by T0+4m are closed.
+    late = [order((2, 1), 4, "100.00", T0 + 30 * timedelta(seconds=1), "c"),   # new, in closed windows only
+            order((2, 2), 2, "6.00", T0 + MINUTE),                               # an edit in a closed window
+            order((2, 3), 5, "1.00", T0 + 4 * MINUTE + timedelta(seconds=5), "c"),  # on time
+            order((2, 4), 3, None, None, "d")]                                   # a delete in open windows
+    write_all(spark, derived, late, 1)
+    now = {1: ("10.00", T0), 2: ("6.00", T0 + MINUTE), 4: ("100.00", T0 + timedelta(seconds=30)),
+           5: ("1.00", T0 + 4 * MINUTE + timedelta(seconds=5))}
+    expected = aggregate(((at, Decimal(t)) for t, at in now.values()), spec)
+    figures, deltas = window_figures(spark, derived), late_deltas(spark, derived)
+    assert deltas[(60, 60, T0)] == (Decimal("100.00"), 1) and deltas[(60, 60, T0 + MINUTE)] == (Decimal("1.00"), 0)
+    assert figures[(60, 60, T0)] == (Decimal("10.00"), 1), "a closed window keeps its figures"
+    assert figures[(60, 60, T0 + 4 * MINUTE)] == (Decimal("1.00"), 1), "an open window follows the rows"
+    assert (60, 60, T0 + 5 * MINUTE) not in figures, "an open window whose rows are gone is removed"
+    combined = {key: tuple(a + b for a, b in zip(figures.get(key, (0, 0)), deltas.get(key, (0, 0)))) for key in figures | deltas}
+    assert {k: v for k, v in combined.items() if v != (0, 0)} == expected
+    paths = (derived.windows.path("revenue"), derived.windows.path("revenue_late"), derived.windows.watermarks_path)
+    held = versions(spark, *paths)
+    write_all(spark, derived, late, 1)
+    assert versions(spark, *paths) == held and late_deltas(spark, derived) == deltas, "a replay commits nothing"
+
+
+def test_a_run_of_unchanged_toast_versions_takes_the_value_from_the_last_version_that_had_it(spark, derived):
+    write_all(spark, derived, [committed((1, 1), T0, product((1, 1), op="c", description="kept"))], 0)
+    repriced = [committed((k, 1), T0 + k * MINUTE, product((k, 1), unavailable={"description"})) for k in (2, 3, 4)]
+    write_all(spark, derived, repriced[:2], 1)  # two in a row, their source in an earlier batch
+    write_all(spark, derived, repriced[2:], 2)
+    found = history(spark, derived)
+    assert [(r["description"], r["tl_unavailable"]) for r in found] == [("kept", [])] * 4
 
 
 def test_a_table_whose_create_was_killed_before_its_first_commit_is_created_on_the_next_batch(spark, sink):

@@ -151,7 +151,7 @@ def test_completion_of_a_column_that_never_got_there_is_none():
 
 def _step(rate, changes, keeps):
     return {"source_row_changes_per_s": changes, "captured_per_s": changes * 2,
-            "keeps_up": {"search": keeps, "cache": True, "warehouse": False}, "rate": rate}
+            "keeps_up": {"search": keeps, "cache": True, "warehouse": False, "analytics": False}, "rate": rate}
 
 
 def test_summary_takes_the_highest_step_each_sink_kept_up_with_against_the_ceiling():

@@ -216,8 +216,8 @@ def test_bucket_comparison_finds_each_kind():
     source = [("1", "h1"), ("2", "h2"), ("3", "h3")]
     sink = [("1", "h1"), ("2", "hX"), ("4", "h4"), ("1", "h1")]
     compare_bucket(source, sink, tally)
-    assert tally.counts == {"missing": 1, "extra": 1, "different": 1, "duplicate": 1}
-    assert tally.examples == {"missing": ["3"], "extra": ["4"], "different": ["2"], "duplicate": ["1"]}
+    assert tally.counts == {"missing": 1, "extra": 1, "different": 1, "duplicate": 1, "interval": 0}
+    assert tally.examples == {"missing": ["3"], "extra": ["4"], "different": ["2"], "duplicate": ["1"], "interval": []}
 
 
 def test_a_repeated_id_from_a_keyed_store_is_a_scan_artefact():
@@ -232,7 +232,7 @@ def test_spilled_reconciliation_is_independent_of_bucket_count(tmp_path: Path, b
     sink = [(str(n), f"h{n}" if n % 100 else "changed") for n in range(10, 2005)]
     sink.append(("tab\tand\nnewline", "h"))  # ids are quoted in the spill files
     tally = reconcile_pairs(iter(source), iter(sink), tmp_path, buckets=buckets, examples=3)
-    assert tally.counts == {"missing": 10, "extra": 6, "different": 19, "duplicate": 0}
+    assert tally.counts == {"missing": 10, "extra": 6, "different": 19, "duplicate": 0, "interval": 0}
     assert len(tally.examples["missing"]) == 3
     divergences = tally.divergences("products", "cache")
     assert [d.kind for d in divergences] == ["missing", "extra", "different"]
