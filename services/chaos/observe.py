@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from kafka.errors import KafkaError
 
 from services.connector import topics as change_topics
 from services.settings import StackSettings
-from spark_jobs.changes import DecodeError, decode
+from spark_jobs.changes import Change, DecodeError, decode
 from spark_jobs.merge import doc_id
 
 Position = tuple[str, int, int]  # topic, partition, offset
@@ -70,19 +70,25 @@ def read_to_end(settings: StackSettings, topic: str, timeout_s: float = 300.0) -
     return sorted(records, key=lambda r: (r.partition, r.offset))
 
 
-def duplicate_deliveries(records: Iterable[Delivered], injected: set[Position]) -> int:
-    """Change records delivered more than once: for each (topic, key, source sequence, op), its
-    deliveries beyond the first. Tombstones and the runner's own records are left out."""
-    seen: Counter[tuple] = Counter()
+def _changes(records: Iterable[Delivered]) -> Iterator[tuple[Delivered, Change]]:
+    """Each record that decodes to a row or table change; tombstones and anything else are skipped
+    (not a change record: dead letters are the sinks' business)."""
     for record in records:
-        if record.value is None or record.position in injected:
-            continue
         try:
             change = decode(record.topic, record.key, record.value)
         except DecodeError:
-            continue  # not a change record; dead letters are the sinks' business
+            continue
         if change is not None:
-            seen[(record.topic, record.key, change.sequence, change.op)] += 1
+            yield record, change
+
+
+def duplicate_deliveries(records: Iterable[Delivered], injected: set[Position]) -> int:
+    """Change records delivered more than once: for each (topic, key, source sequence, op), its
+    deliveries beyond the first. Tombstones and the runner's own records are left out."""
+    seen: Counter[tuple] = Counter(
+        (record.topic, record.key, change.sequence, change.op)
+        for record, change in _changes(records) if record.position not in injected
+    )
     return sum(times - 1 for times in seen.values() if times > 1)
 
 
@@ -91,18 +97,11 @@ def key_history(records: Iterable[Delivered], doc_ids: set[str], injected: set[P
     sits, its op and source.sequence, and its after image; the runner's own records are marked. What a
     divergence report needs to tell a change Debezium never sent from one a sink did not apply."""
     found: dict[str, list[str]] = defaultdict(list)
-    for record in records:
-        if record.value is None:
-            continue
-        try:
-            change = decode(record.topic, record.key, record.value)
-        except DecodeError:
-            continue
-        if change is None or change.op == "t" or doc_id(change.key) not in doc_ids:
-            continue
-        mark = " (sent by the runner)" if record.position in injected else ""
-        found[doc_id(change.key)].append(
-            f"p{record.partition}@{record.offset} {change.op} v{change.sequence} after={change.after}{mark}")
+    for record, change in _changes(records):
+        row = doc_id(change.key) if change.op != "t" else None
+        if row in doc_ids:
+            mark = " (sent by the runner)" if record.position in injected else ""
+            found[row].append(f"p{record.partition}@{record.offset} {change.op} v{change.sequence} after={change.after}{mark}")
     return dict(found)
 
 
