@@ -16,7 +16,7 @@ from services.bench import plots
 from services.bench.core import Bench, BenchError, poll_until
 
 NAME = "snapshot"
-DEFAULTS = {"rows": 1_000_000, "seed": 1, "timeout_s": 900.0}
+DEFAULTS = {"rows": 1_000_000, "seed": 1, "timeout_s": 3600.0}  # 200,000 rows took 10 min to reach the warehouse on a loaded machine
 BATCH_ROWS = 50_000
 SAMPLE_S = 2.0
 COLUMNS = ["captured", "search", "cache", "warehouse"]
