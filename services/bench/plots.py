@@ -9,7 +9,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on a server
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 
-SINK_COLOURS = {"search": "tab:blue", "cache": "tab:red", "warehouse": "tab:green", "captured": "tab:gray"}
+SINK_COLOURS = {"search": "tab:blue", "cache": "tab:red", "warehouse": "tab:green", "analytics": "tab:purple",
+                "captured": "tab:gray"}
 
 
 def _save(figure, path: Path) -> Path:

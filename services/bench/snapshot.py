@@ -14,12 +14,14 @@ from pathlib import Path
 
 from services.bench import plots
 from services.bench.core import Bench, BenchError, poll_until
+from spark_jobs.pipeline import tables_with_view
+from spark_jobs.settings import SINKS
 
 NAME = "snapshot"
 DEFAULTS = {"rows": 1_000_000, "seed": 1, "timeout_s": 3600.0}  # 200,000 rows took 10 min to reach the warehouse on a loaded machine
 BATCH_ROWS = 50_000
 SAMPLE_S = 2.0
-COLUMNS = ["captured", "search", "cache", "warehouse"]
+COLUMNS = ["captured", *SINKS]  # analytics: the warehouse's history tables, its own query
 
 INSERT_PRODUCTS = """
 INSERT INTO products (sku, name, description, price, tags, attributes)
@@ -49,10 +51,13 @@ def fill_products(bench: Bench, rows: int, seed: int) -> dict:
     return {"seconds": round(bench.now() - began, 1), "table_bytes": size[0], "description_mean_bytes": size[1]}
 
 
-def source_rows(bench: Bench) -> int:
-    """Rows in every captured table: the records an initial snapshot writes, and each sink applies."""
+def targets(bench: Bench) -> dict[str, int]:
+    """Per column, the records an initial snapshot brings it: a row of every captured table into the
+    topics (`captured`), a row of every table a sink has a view of into that sink."""
     with bench.connect() as conn:
-        return sum(conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] for table in bench.pipeline.tables)
+        rows = {table: conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] for table in bench.pipeline.tables}
+    return {"captured": sum(rows.values()),
+            **{sink: sum(rows[table] for table in tables_with_view(bench.pipeline, sink)) for sink in SINKS}}
 
 
 def run(bench: Bench) -> dict:
@@ -61,7 +66,8 @@ def run(bench: Bench) -> dict:
     bench.seed_demo()  # customers, orders and items too, as a shop has: products are the bulk
     bench.say(f"writing {options['rows']:,} products")
     source = fill_products(bench, options["rows"], options["seed"])
-    rows = source_rows(bench)
+    goal = targets(bench)
+    rows = goal["captured"]
 
     series: list[list[float]] = []
     stop = threading.Event()
@@ -84,11 +90,11 @@ def run(bench: Bench) -> dict:
     try:
         bench.capture_and_apply()
         jobs_ready = round(bench.now() - began, 1)
-        bench.say(f"jobs running {jobs_ready}s after registration; waiting for every sink to hold {rows:,} rows")
+        bench.say(f"jobs running {jobs_ready}s after registration; waiting for every sink to hold its rows: {goal}")
         bench.record_others()
         try:
-            poll_until(lambda: series and min(series[-1][1:]) >= rows, options["timeout_s"],
-                       f"every sink to apply {rows:,} rows", 2.0)
+            poll_until(lambda: series and all(n >= goal[c] for c, n in zip(COLUMNS, series[-1][1:])),
+                       options["timeout_s"], f"every sink to apply its rows {goal}", 2.0)
             timed_out = None
         except BenchError as exc:  # the progress so far is still a result; verify then shows what is missing
             timed_out = str(exc)
@@ -99,23 +105,25 @@ def run(bench: Bench) -> dict:
     return {
         "products_written": options["rows"],
         "rows": rows,
+        "targets": goal,
         "source": source,
         "jobs_ready_s": jobs_ready,
         "timed_out": timed_out,
-        "completion": completion(series, COLUMNS, rows),
+        "completion": completion(series, COLUMNS, goal),
         "progress_columns": ["seconds", *COLUMNS],
         "progress": series,
     }
 
 
-def completion(series: list[list[float]], columns: list[str], rows: int) -> dict[str, dict]:
-    """Per column: seconds until it reached `rows` (from registration) and the mean rows/s over that time."""
+def completion(series: list[list[float]], columns: list[str], goal: dict[str, int]) -> dict[str, dict]:
+    """Per column: seconds until it reached its goal (from registration) and the mean rows/s over that time."""
     result = {}
     for index, name in enumerate(columns, start=1):
-        done_at = next((row[0] for row in series if row[index] >= rows), None)
+        done_at = next((row[0] for row in series if row[index] >= goal[name]), None)
         result[name] = {
+            "rows": goal[name],
             "seconds_to_all_rows": done_at,
-            "rows_per_s": round(rows / done_at, 1) if done_at else None,
+            "rows_per_s": round(goal[name] / done_at, 1) if done_at else None,
             "peak_rows_per_s": peak_rate(series, index),
         }
     return result
@@ -133,7 +141,7 @@ def peak_rate(series: list[list[float]], index: int, window: int = 5) -> float |
 def plot(result: dict, out_dir: Path) -> list[Path]:
     data = result["results"]
     return [
-        plots.progress(data["progress"], COLUMNS, out_dir / "snapshot-progress.png",
+        plots.progress(data["progress"], data["progress_columns"][1:], out_dir / "snapshot-progress.png",
                        f"Initial snapshot: {data['rows']:,} rows ({data['products_written']:,} products written)",
                        data["rows"]),
         plots.components(result["component_series"], out_dir / "components.png", "CPU and memory per component"),

@@ -135,14 +135,14 @@ def test_rates_parse_or_fail_with_a_fix():
 
 def test_completion_finds_when_each_column_reached_all_rows_and_its_peak_rate():
     series = [[t, min(100 * t, 1000), min(50 * t, 1000)] for t in range(0, 31)]
-    done = snapshot.completion(series, ["captured", "search"], 1000)
-    assert done["captured"] == {"seconds_to_all_rows": 10, "rows_per_s": 100.0, "peak_rows_per_s": 100.0}
+    done = snapshot.completion(series, ["captured", "search"], {"captured": 1000, "search": 1000})
+    assert done["captured"] == {"rows": 1000, "seconds_to_all_rows": 10, "rows_per_s": 100.0, "peak_rows_per_s": 100.0}
     assert done["search"]["seconds_to_all_rows"] == 20
     assert done["search"]["peak_rows_per_s"] == 50.0
 
 
 def test_completion_of_a_column_that_never_got_there_is_none():
-    done = snapshot.completion([[0, 0], [2, 5]], ["warehouse"], 10)
+    done = snapshot.completion([[0, 0], [2, 5]], ["warehouse"], {"warehouse": 10})
     assert done["warehouse"]["seconds_to_all_rows"] is None and done["warehouse"]["rows_per_s"] is None
 
 
@@ -188,7 +188,8 @@ def test_each_scenario_plots_pngs_from_its_json_result(tmp_path):
     delays = {"search": [[1.0, 1.2], [2.0, 0.9]], "cache": [[1.0, 0.5]], "warehouse": []}
     results = {
         freshness: {"phases": [{"label": "100/s", "delays": delays}, {"label": "1000/s", "delays": delays}]},
-        snapshot: {"rows": 100, "products_written": 90, "progress": [[0, 0, 0, 0, 0], [2, 100, 50, 60, 10], [4, 100, 100, 100, 100]]},
+        snapshot: {"rows": 100, "products_written": 90, "progress_columns": ["seconds", "captured", "search"],
+                   "progress": [[0, 0, 0], [2, 100, 50], [4, 100, 100]]},
         throughput: {"steps": [
             {"captured_per_s": 100.0, "applied_per_s": {"search": 100.0, "cache": 100.0, "warehouse": 90.0}},
             {"captured_per_s": 400.0, "applied_per_s": {"search": 380.0, "cache": 400.0, "warehouse": 150.0}},
@@ -231,3 +232,11 @@ def test_summary_markdown_describes_the_machine_its_load_the_numbers_and_verify(
     assert "| 100.0 | 99.5 | 180.0 | search | 3 | 1.5 | 2.0 | 2.1 | 2.2 | 0 |" in text
     assert "| jobs | 80.0 | 150.0 | 2000.0 |" in text
     assert "tide verify: clean (1 views" in text
+
+
+def test_completion_measures_each_column_against_its_own_goal():
+    # analytics reads fewer tables than the other sinks: it is done when it holds its own tables' rows
+    series = [[0, 0, 0], [2, 100, 40], [4, 200, 40]]
+    done = snapshot.completion(series, ["captured", "analytics"], {"captured": 200, "analytics": 40})
+    assert done["captured"]["seconds_to_all_rows"] == 4
+    assert done["analytics"] == {"rows": 40, "seconds_to_all_rows": 2, "rows_per_s": 20.0, "peak_rows_per_s": None}
