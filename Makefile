@@ -42,7 +42,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 env: .env
 
 .env:
-	python3 -c 'import re,secrets,sys;sys.stdout.write(re.sub("CHANGE_ME",lambda m:secrets.token_hex(16),open(".env.example").read()))' > .env
+	python3 -c 'import re,secrets,sys;sys.stdout.write(re.sub("(?m)(?<==)CHANGE_ME$$",lambda m:secrets.token_hex(16),open(".env.example").read()))' > .env
 	chmod 600 .env
 
 jars: python
