@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -46,3 +48,15 @@ def reporter() -> Callable[[str, str], None]:
         console.print(f"  [bold]{name:<14}[/bold] {state}", highlight=False)
 
     return report
+
+
+@contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """SIGTERM (a `kill`, a CI job's timeout) ends a long command through its tear-down, as Ctrl-C
+    does (`tide chaos` stops its driver and connector, `tide bench` its stack); Python's default
+    ends it on the spot and leaves those running."""
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

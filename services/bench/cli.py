@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from services.bench import baseline, core, freshness, snapshot, throughput
-from services.console import console, load_settings, user_errors
+from services.console import console, load_settings, terminated_as_exit, user_errors
 
 SCENARIOS = {module.NAME: module for module in (freshness, throughput, snapshot, baseline)}
 
@@ -49,7 +49,7 @@ def bench_command(
     if rows:
         options["rows"] = rows
     out_dir = out or core.result_dir(core.RESULTS_DIR, scenario.value)
-    with user_errors():
+    with user_errors(), terminated_as_exit():
         result = core.run_scenario(SCENARIOS[scenario.value], settings, out_dir, options,
                                    say=lambda line: console.print(line, highlight=False), keep_stack=keep_stack)
     state = "[green]clean[/green]" if result["verify"]["clean"] else "[red]DIVERGES[/red]"

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import random
-import signal
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -14,7 +10,7 @@ from rich.table import Table
 
 from services.chaos.profiles import PROFILES
 from services.chaos.run import Report, run
-from services.console import console, load_settings, user_errors
+from services.console import console, load_settings, terminated_as_exit, user_errors
 from services.stack.service import StackError
 
 
@@ -38,17 +34,6 @@ def chaos_command(
         console.print(f"[red]chaos run FAILED; replay with `tide chaos --profile {profile} --seed {chosen}`[/red]")
         raise typer.Exit(1)
     console.print(f"[green]chaos run passed (seed {chosen})[/green]")
-
-
-@contextmanager
-def terminated_as_exit() -> Iterator[None]:
-    """SIGTERM (a `kill`, a CI job's timeout) ends the run through its tear-down, as Ctrl-C does, which
-    stops the run's driver and removes its connector and slot; Python's default ends it on the spot."""
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def summary(report: Report) -> Table:
