@@ -77,7 +77,8 @@ def cpu_and_rss(pids: Iterable[int]) -> tuple[float, int]:
     """(CPU seconds used so far, resident bytes now) summed over `pids`, a process tree.
 
     Each process's own time plus the time of the children it has reaped (cutime, cstime), so a
-    backend that exits still counts, and the total only grows."""
+    backend that exits still counts. Resident bytes are summed per process, so pages that forked
+    processes share (Python workers) count once per process."""
     cpu, rss = 0.0, 0
     for pid in pids:
         if fields := _stat_fields(pid):
@@ -119,7 +120,9 @@ class ProcessSampler(threading.Thread):
         for name, pid in roots.items():
             cpu, rss = cpu_and_rss(process_tree(pid, tree, stop_at=roots.values()))
             last_at, last_cpu = self._last.get(name, (now, cpu))
-            busy = 100 * (cpu - last_cpu) / (now - last_at) if now > last_at else 0.0
+            # A process that leaves the tree unreaped by it (its parent died first) takes its CPU time
+            # with it and the total drops; that interval counts as 0, not as a huge negative load.
+            busy = 100 * max(0.0, cpu - last_cpu) / (now - last_at) if now > last_at else 0.0
             self._last[name] = (now, cpu)
             self.samples.setdefault(name, []).append(Sample(now - self.began, round(busy, 1), round(rss / 2**20, 1)))
 

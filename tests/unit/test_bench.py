@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -240,3 +241,15 @@ def test_completion_measures_each_column_against_its_own_goal():
     done = snapshot.completion(series, ["captured", "analytics"], {"captured": 200, "analytics": 40})
     assert done["captured"]["seconds_to_all_rows"] == 4
     assert done["analytics"] == {"rows": 40, "seconds_to_all_rows": 2, "rows_per_s": 20.0, "peak_rows_per_s": None}
+
+
+def test_a_drop_in_a_components_cpu_total_counts_as_idle_not_negative(monkeypatch):
+    # a process leaving the tree unreaped takes its CPU seconds with it: the tree's total falls
+    totals = iter([(100.0, 0), (101.0, 0), (20.0, 0), (20.5, 0)])
+    monkeypatch.setattr(measure, "cpu_and_rss", lambda pids: next(totals))
+    sampler = measure.ProcessSampler(lambda: {"jobs": os.getpid()})
+    for _ in range(4):
+        sampler.sample()
+        time.sleep(0.05)
+    busy = [sample.cpu_percent for sample in sampler.samples["jobs"]]
+    assert busy[0] == 0.0 and busy[1] > 0 and busy[2] == 0.0 and busy[3] > 0
