@@ -58,8 +58,7 @@ def freshness_lines(data: dict) -> list[str]:
 def snapshot_lines(data: dict) -> list[str]:
     lines = [_row("stage", "rows", "seconds to all rows", "mean rows/s", "peak rows/s (10 s)"), _row(*["---"] * 5)]
     for name, done in data["completion"].items():
-        lines.append(_row(name, done.get("rows", data["rows"]), done["seconds_to_all_rows"], done["rows_per_s"],
-                          done["peak_rows_per_s"]))
+        lines.append(_row(name, done["rows"], done["seconds_to_all_rows"], done["rows_per_s"], done["peak_rows_per_s"]))
     return lines
 
 

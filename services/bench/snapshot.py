@@ -18,7 +18,8 @@ from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
 
 NAME = "snapshot"
-DEFAULTS = {"rows": 1_000_000, "seed": 1, "timeout_s": 3600.0}  # 200,000 rows took 10 min to reach the warehouse on a loaded machine
+# timeout_s: a million rows took 24 min with 100,000-record batches, far longer with the default (docs/benchmarks.md)
+DEFAULTS = {"rows": 1_000_000, "seed": 1, "timeout_s": 3600.0}
 BATCH_ROWS = 50_000
 SAMPLE_S = 2.0
 COLUMNS = ["captured", *SINKS]  # analytics: the warehouse's history tables, its own query
