@@ -8,16 +8,17 @@ from typing import Annotated
 
 import typer
 
-from services.bench import baseline, core, freshness, snapshot, throughput
+from services.bench import baseline, core, drain, freshness, runs, snapshot, throughput
 from services.console import console, load_settings, terminated_as_exit, user_errors
 
-SCENARIOS = {module.NAME: module for module in (freshness, throughput, snapshot, baseline)}
+SCENARIOS = {module.NAME: module for module in (freshness, throughput, snapshot, drain, baseline)}
 
 
 class ScenarioName(enum.StrEnum):
     freshness = "freshness"
     throughput = "throughput"
     snapshot = "snapshot"
+    drain = "drain"
     baseline = "baseline"
 
 
@@ -31,13 +32,28 @@ def bench_command(
     ] = None,
     duration: Annotated[float | None, typer.Option(min=5, help="Seconds per rate (freshness, throughput, baseline).")] = None,
     rows: Annotated[int | None, typer.Option(min=1, help="snapshot: products rows to snapshot.")] = None,
+    changes: Annotated[
+        int | None, typer.Option(min=1, help="drain: row changes in the backlog (default 500,000).")
+    ] = None,
+    capture_only: Annotated[
+        bool, typer.Option(help="snapshot, freshness: measure the capture stage alone (into Kafka), no Spark jobs.")
+    ] = False,
+    connector: Annotated[
+        list[str] | None, typer.Option(help="KEY=VALUE added to the connector config for this run (repeatable), "
+                                            "e.g. --connector max.batch.size=8192: how capture settings are measured.")
+    ] = None,
+    timeout: Annotated[
+        float | None, typer.Option(min=10, help="snapshot, drain: seconds to wait for every sink before recording "
+                                                "the progress so far (default 3600).")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the demo workload.")] = 1,
     keep_stack: Annotated[bool, typer.Option(help="Leave the bench stack running afterwards (to inspect it).")] = False,
 ) -> None:
     """Measure Tideline on a clean local stack of its own (state folder <state_dir>/bench, the configured ports).
 
     A benchmark, not a test: it takes minutes, and its numbers depend on the machine and on what else runs on it
-    (recorded in the result). Every scenario ends with `tide verify` over every view.
+    (recorded in the result). Every scenario with sinks ends with `tide verify` over every view; baseline and
+    --capture-only runs check their own counts instead.
     """
     settings = load_settings()
     options: dict = {"seed": seed}
@@ -48,15 +64,35 @@ def bench_command(
         options["duration_s"] = duration
     if rows:
         options["rows"] = rows
-    out_dir = out or core.result_dir(core.RESULTS_DIR, scenario.value)
+    if changes:
+        options["changes"] = changes
+    if capture_only:
+        options["capture_only"] = True
+    if timeout:
+        options["timeout_s"] = timeout
+    if connector:
+        with user_errors():
+            options["connector"] = parse_settings(connector)
+    out_dir = out or runs.result_dir(runs.RESULTS_DIR, scenario.value + ("-capture" if capture_only else ""))
     with user_errors(), terminated_as_exit():
-        result = core.run_scenario(SCENARIOS[scenario.value], settings, out_dir, options,
+        result = runs.run_scenario(SCENARIOS[scenario.value], settings, out_dir, options,
                                    say=lambda line: console.print(line, highlight=False), keep_stack=keep_stack)
-    state = "[green]clean[/green]" if result["verify"]["clean"] else "[red]DIVERGES[/red]"
+    state = "[green]clean[/green]" if result["verify"]["clean"] else "[red]NOT CLEAN[/red]"
     console.print(f"verify: {state}; wrote {out_dir}/result.json and {', '.join(result['plots'])} "
                   f"in {result['wall_s']:.0f}s")
     if not result["verify"]["clean"]:
         raise typer.Exit(1)
+
+
+def parse_settings(pairs: list[str]) -> dict[str, str]:
+    """['max.batch.size=8192'] → {'max.batch.size': '8192'}; a one-line error for anything else."""
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise core.BenchError(f"--connector {pair!r} is not KEY=VALUE, e.g. --connector max.batch.size=8192")
+        settings[key.strip()] = value.strip()
+    return settings
 
 
 def parse_rates(text: str) -> list[float]:

@@ -1,37 +1,42 @@
-"""What every scenario shares: its own clean stack, the sinks' progress, the result folder, verify.
+"""What every scenario shares: its own clean stack, pausing and resuming its stages, the sinks'
+progress, verify.
 
-A scenario is a module with `NAME`, `run(bench) -> dict` (its measurements) and
+A scenario is a module with `NAME`, `run(bench) -> dict` (its measurements),
 `plot(result, out_dir) -> list[Path]` (PNG files drawn from the JSON result alone,
-so plots can be redrawn from a committed result).
+so plots can be redrawn from a committed result) and optionally `check(bench, results)`
+(instead of `Bench.verify`); services/bench/runs.py runs one.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 
-from services.bench import measure, report
+from services.bench import measure
 from services.jobs import driver, lag
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from services.stack.catalogue import CATALOGUE
 from services.stack.service import StackError
-from services.versions import PROJECT_ROOT, pinned
-from spark_jobs.config import PipelineConfig, load
-from spark_jobs.pipeline import tables_with_view
+from spark_jobs.config import PipelineConfig
 from spark_jobs.settings import SINKS, SinkName
 
 T = TypeVar("T")
-RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
+# Records/s a sink is assumed to apply when the run did not measure it: below every rate measured here
+# so far (the warehouse's ~150/s included, docs/benchmarks.md), so the wait errs long.
+DEFAULT_APPLY_RATE = 100.0
+CAPTURE_SERVICES = ["postgres", "kafka", "connect"]  # a capture-only run: no Spark, no sinks' stores
+STALL_S = 600.0  # a Delta micro-batch took up to 450 s on the loaded machine
+# Connector settings that shape the capture stage's speed (docs/benchmarks.md, Capture settings).
+CAPTURE_KNOBS = ("max.batch.size", "max.queue.size", "poll.interval.ms", "snapshot.fetch.size",
+                 "producer.override.linger.ms", "producer.override.batch.size", "producer.override.compression.type",
+                 "key.converter.schemas.enable", "value.converter.schemas.enable")
 Say = Callable[[str], None]
 
 
@@ -66,6 +71,8 @@ class Bench:
     began: float = field(default_factory=time.monotonic)
     load_during: list[list[float]] = field(default_factory=list)
     others_during: list[dict[str, Any]] = field(default_factory=list)
+    _consumer: Any = None  # one Kafka consumer for the run's many end-offset reads (not thread-safe: locked)
+    _kafka_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def now(self) -> float:
         """Seconds since the scenario began (the x axis of every series)."""
@@ -100,15 +107,56 @@ class Bench:
 
     def capture_and_apply(self) -> None:
         """Register the connector (initial snapshot, then streaming) and start the Spark jobs."""
+        self.capture()
+        self.apply()
+
+    def capture(self) -> None:
+        """Register the connector, with the run's `--connector` overrides (recorded in its knobs)."""
         from services.connector import registration
 
-        registration.apply(self.settings, self.pipeline)  # also creates every change topic first
-        self.say("connector running; starting the apply jobs")
+        # also creates every change topic first
+        registration.apply(self.settings, self.pipeline, overrides=self.options.get("connector") or None)
+        self.say("connector running")
+
+    def apply(self) -> None:
+        """Start the Spark jobs and wait until every query runs."""
+        self.say("starting the apply jobs")
         runner.start_and_wait(self.settings, [driver.SERVICE], report=lambda name, state: self.say(f"  {name}: {state}"))
 
+    def pause_connector(self, paused: bool) -> None:
+        """Pause (the slot then holds every change) or resume the connector's task; waits for the state."""
+        from services.connector.connect_api import ConnectApi
+        from services.stack import kafka
+
+        name, wanted = self.pipeline.source.connector, "PAUSED" if paused else "RUNNING"
+        with ConnectApi(kafka.connect_url(self.settings)) as api:
+            api.pause(name) if paused else api.resume(name)
+            poll_until(lambda: all(task["state"] == wanted for task in (api.status(name) or {}).get("tasks", [{}])),
+                       60, f"the connector's task to be {wanted}", 0.2)
+
+    def pause_queries(self, paused: bool) -> None:
+        """Pause every sink's query (`tide jobs pause`) or resume them all; waits until the driver
+        reports them stopped (pausing). Resuming returns at once: each query restarts within seconds."""
+        from spark_jobs import control
+
+        control.write_paused(driver.paused_file(self.settings), set(SINKS) if paused else set())
+        if paused:
+            poll_until(lambda: (status := driver.read_status(self.settings)) and all(
+                query.get("paused") and not query["active"] for query in status["queries"].values()),
+                60, "the driver to stop every query", 0.5)
+
     def down(self) -> None:
+        with self._kafka_lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
         process.stop(runner.pid_file(self.settings, driver.SERVICE))
         runner.down(self.settings)
+
+    def require_jobs(self) -> None:
+        """BenchError if the jobs driver is gone (nothing restarts it): waiting for the sinks is then pointless."""
+        if process.running(runner.pid_file(self.settings, driver.SERVICE)) is None:
+            raise BenchError(f"the jobs driver is not running; its log: {runner.log_file(self.settings, driver.SERVICE)}")
 
     def component_pids(self) -> dict[str, int]:
         """Root pid of each running component (the sampler adds their descendants), and this process."""
@@ -121,14 +169,23 @@ class Bench:
     # ---- the sinks -------------------------------------------------------------------------------
 
     def topics(self, sink: SinkName | None = None) -> list[str]:
-        tables = tables_with_view(self.pipeline, sink) if sink else list(self.pipeline.tables)
+        tables = self.pipeline.sink_tables(sink) if sink else list(self.pipeline.tables)
         return [self.pipeline.topic(table) for table in tables]
 
-    def progress(self) -> dict[str, int]:
+    def end_offsets(self) -> dict[str, dict[int, int]]:
+        """Every change topic's end offsets now."""
+        from kafka import KafkaConsumer
+
+        with self._kafka_lock:
+            if self._consumer is None:
+                self._consumer = KafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap)
+            return lag.end_offsets(self.settings, self.topics(), consumer=self._consumer)
+
+    def progress(self, sinks: tuple[SinkName, ...] = SINKS) -> dict[str, int]:
         """Records in the change topics (`captured`) and, per sink, records its query has committed."""
-        ends = lag.end_offsets(self.settings, self.topics())
+        ends = self.end_offsets()
         counts = {"captured": sum(offset for parts in ends.values() for offset in parts.values())}
-        for sink in SINKS:
+        for sink in sinks:
             committed = lag.committed_offsets(self.settings.state_dir / "checkpoints" / sink)
             mine = {topic: parts for topic, parts in ends.items() if topic in self.topics(sink)}
             counts[sink] = sum(
@@ -138,19 +195,42 @@ class Bench:
 
     def behind(self) -> dict[str, int]:
         """Records each sink has not yet committed, against the topics' end offsets now."""
+        ends = self.end_offsets()
         return {
-            sink: lag.records_behind(
-                lag.committed_offsets(self.settings.state_dir / "checkpoints" / sink),
-                lag.end_offsets(self.settings, self.topics(sink)),
-            )
+            sink: lag.records_behind(lag.committed_offsets(self.settings.state_dir / "checkpoints" / sink),
+                                     {topic: ends.get(topic, {}) for topic in self.topics(sink)})
             for sink in SINKS
         }
 
-    def wait_caught_up(self, timeout_s: float) -> float:
-        """Wait until every sink has committed everything in its topics as of now; returns the seconds waited."""
-        began = time.monotonic()
-        poll_until(lambda: not any(self.behind().values()), timeout_s, "every sink to catch up with its topics", 2.0)
+    def wait_caught_up(self, timeout_s: float, stall_s: float | None = None) -> float:
+        """Wait until every sink has committed everything in its topics; returns the seconds waited.
+        BenchError after `timeout_s`, or once no sink has gained for `stall_s`. Says every 30 s how
+        far behind each sink is."""
+        began = last_gain = last_said = time.monotonic()
+        lowest = behind = self.behind()
+        while any(behind.values()):
+            now = time.monotonic()
+            if any(behind[sink] < lowest[sink] for sink in behind):
+                last_gain, lowest = now, {sink: min(lowest[sink], behind[sink]) for sink in behind}
+            self.require_jobs()
+            stalled = stall_s is not None and now - last_gain > stall_s
+            if now - began > timeout_s or stalled:
+                why = f"no sink gained for {now - last_gain:.0f}s" if stalled else f"gave up after {now - began:.0f}s"
+                raise BenchError(f"{why} waiting for every sink to catch up; records behind: {behind}")
+            if now - last_said >= 30:
+                last_said = now
+                self.say("  records behind: " + ", ".join(f"{sink} {count:,}" for sink, count in behind.items()))
+            time.sleep(2.0)  # poll: the queries commit on their own schedule
+            behind = self.behind()
         return round(time.monotonic() - began, 1)
+
+    def components_between(self, began: float, ended: float) -> dict[str, dict[str, float]]:
+        """Each component's mean and peak CPU and peak memory between two times of `now()` (the
+        sampler keeps its own clock, started a moment later)."""
+        if self.sampler is None:
+            return {}
+        shift = self.sampler.began - self.began
+        return self.sampler.summary(began - shift, ended - shift)
 
     def record_load(self) -> None:
         self.load_during.append([self.now(), *measure.loadavg()])
@@ -181,12 +261,18 @@ class Bench:
 
     # ---- correctness -----------------------------------------------------------------------------
 
-    def verify(self) -> dict[str, Any]:
-        """`tide verify` over every view: a fast wrong answer is not a result."""
+    def verify(self, rates: dict[str, float] | None = None) -> dict[str, Any]:
+        """`tide verify` over every view, once every sink has caught up: a fast wrong answer is not a
+        result. The wait scales with what each sink still has to apply at the `rates` this run measured
+        (records/s; catch_up_budget), and ends early when no sink gains for 10 minutes."""
         from services.verify import reconcile_views
 
+        behind = self.behind()
+        budget = catch_up_budget(behind, rates or {})
+        if any(behind.values()):
+            self.say(f"waiting up to {budget:.0f}s for the sinks to apply what they still have: {behind}")
         try:
-            catch_up_s: float | str = self.wait_caught_up(300)
+            catch_up_s: float | str = self.wait_caught_up(budget, stall_s=STALL_S)
         except BenchError as exc:
             catch_up_s = str(exc)  # verify anyway: the divergences then say what is missing
         began = time.monotonic()
@@ -194,6 +280,8 @@ class Bench:
         outcomes = reconcile_views(self.settings, pipeline=self.pipeline)
         return {
             "clean": all(outcome.clean for outcome in outcomes),
+            "behind_before_catch_up": behind,
+            "catch_up_budget_s": budget,
             "caught_up_after_s": catch_up_s,
             "seconds": round(time.monotonic() - began, 1),
             "views": [
@@ -204,92 +292,10 @@ class Bench:
         }
 
 
-def knobs(settings: StackSettings, pipeline: PipelineConfig) -> dict[str, Any]:
-    """The tuning settings in force, so a result says what it was measured with."""
-    from spark_jobs.settings import JobSettings
-
-    jobs = driver.job_settings(settings)
-    env_only = JobSettings()  # settings the driver reads straight from TIDE_JOB_* (not set by the stack)
-    return {
-        "job_trigger_interval": jobs.trigger_interval,
-        "job_warehouse_trigger_interval": env_only.warehouse_trigger_interval,
-        "job_analytics_trigger_interval": env_only.analytics_trigger_interval,
-        "job_max_offsets_per_trigger": jobs.max_offsets_per_trigger,
-        "job_driver_memory": jobs.driver_memory,
-        "job_es_bulk_size": env_only.es_bulk_size,
-        "source_partitions": pipeline.source.partitions,
-        "kafka_heap": settings.kafka_heap,
-        "connect_heap": settings.connect_heap,
-        "elasticsearch_heap": settings.elasticsearch_heap,
-    }
-
-
-def result_dir(root: Path, scenario: str, day: datetime | None = None) -> Path:
-    """bench/results/<date>-<scenario>/ (a second run the same day replaces the first)."""
-    return root / f"{(day or datetime.now(timezone.utc)):%Y-%m-%d}-{scenario}"
-
-
-def write_result(out_dir: Path, result: dict[str, Any]) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "result.json"
-    path.write_text(json.dumps(result, indent=1, sort_keys=False, default=str) + "\n")
-    return path
-
-
-def read_result(out_dir: Path) -> dict[str, Any]:
-    return json.loads((out_dir / "result.json").read_text())
-
-
-@contextmanager
-def sampled(bench: Bench, interval_s: float = 1.0) -> Iterator[measure.ProcessSampler]:
-    sampler = measure.ProcessSampler(bench.component_pids, interval_s)
-    bench.sampler = sampler
-    sampler.start()
-    try:
-        yield sampler
-    finally:
-        sampler.stop()
-
-
-def run_scenario(scenario, settings: StackSettings, out_dir: Path, options: dict[str, Any], say: Say,
-                 keep_stack: bool = False) -> dict[str, Any]:
-    """Run one scenario on its own clean stack and write result.json and its plots to `out_dir`."""
-    settings = bench_settings(settings)
-    pipeline = load(settings.pipeline_file)
-    bench = Bench(settings, pipeline, options, say)
-    started_at = datetime.now(timezone.utc)
-    say("measuring the machine's load before the run")
-    result: dict[str, Any] = {
-        "scenario": scenario.NAME,
-        "started_at": started_at.isoformat(timespec="seconds"),
-        "options": options,
-        "machine": measure.machine(),
-        "versions": pinned().model_dump(),
-        "knobs": knobs(settings, pipeline),
-        "load_before": {"loadavg": measure.loadavg(), "busiest_processes": measure.busiest_processes()},
-    }
-    try:
-        with sampled(bench) as sampler:
-            result["results"] = scenario.run(bench)
-            # A scenario without the sinks (baseline) checks its own result instead.
-            try:
-                result["verify"] = (scenario.check(bench, result["results"]) if hasattr(scenario, "check")
-                                    else bench.verify())
-            except Exception as exc:  # noqa: BLE001 - the measurements stay a (failed) result, written below
-                result["verify"] = {"clean": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
-            result["components"] = sampler.summary()
-            result["component_series"] = sampler.series()
-    finally:
-        if not keep_stack:
-            say("stopping the bench stack")
-            bench.down()
-    result["load_during"] = bench.load_during
-    result["other_processes_during"] = bench.others_during
-    result["load_after"] = measure.loadavg()
-    result["wall_s"] = round(time.monotonic() - bench.began, 1)
-    write_result(out_dir, result)
-    result["plots"] = [path.name for path in scenario.plot(result, out_dir)]
-    write_result(out_dir, result)
-    report.write(result, out_dir)
-    return result
-
+def catch_up_budget(behind: dict[str, int], rates: dict[str, float], floor_s: float = 300.0, slack: float = 2.0,
+                    cap_s: float = 4 * 3600.0) -> float:
+    """Seconds to wait for the sinks to apply what they are `behind`: the slowest sink's backlog at
+    its measured rate (records/s; DEFAULT_APPLY_RATE where unmeasured), times `slack`, at least
+    `floor_s` and at most `cap_s`."""
+    needed = [count / (rates.get(sink) or DEFAULT_APPLY_RATE) for sink, count in behind.items() if count > 0]
+    return round(min(cap_s, max([floor_s, *(slack * seconds for seconds in needed)])), 1)

@@ -2,8 +2,12 @@
 
 Each rate runs for `duration` seconds while marker rows are committed twice a
 second and read back from Elasticsearch, Redis and Delta by the benchmark
-itself (services/bench/probes.py). After the last rate the markers stop and the
-benchmark waits for every sink to show them all, then verifies every view.
+itself (services/bench/probes.py), and from the marker table's change topic
+(`captured`: the capture stage's own delay). Per rate it also records the rate
+offered (into Kafka) and applied by each sink, and their ratio. After the last
+rate the markers stop and the benchmark waits for every sink to show them all,
+then verifies every view. With `capture_only` no Spark job runs: only the
+capture stage's delay is measured (how Debezium's poll interval is measured).
 """
 
 from __future__ import annotations
@@ -12,31 +16,40 @@ import time
 from pathlib import Path
 
 from services.bench import measure, plots
-from services.bench.baseline import DecodingCeiling, row_changes
-from services.bench.core import Bench
-from services.bench.probes import POLL_S, FreshnessProbe, delay_values, sink_finders
+from services.bench.baseline import DecodingCeiling
+from services.bench.core import CAPTURE_SERVICES, Bench
+from services.bench.measure import ratios
+from services.bench.probes import POLL_S, FreshnessProbe, capture_finder, delay_values, sink_finders
+from spark_jobs.settings import SINKS
 
 NAME = "freshness"
-DEFAULTS = {"rates": [100.0, 1000.0], "duration_s": 120.0, "seed": 1, "drain_timeout_s": 480.0}
+DEFAULTS = {"rates": [100.0, 1000.0], "duration_s": 120.0, "seed": 1, "drain_timeout_s": 480.0, "capture_only": False}
 MARKER_INTERVAL_S = 0.5
 
 
 def run(bench: Bench) -> dict:
     options = {**DEFAULTS, **bench.options}
-    bench.up()
+    capture_only = options["capture_only"]
+    bench.up(CAPTURE_SERVICES if capture_only else None)
     bench.seed_demo()
-    bench.capture_and_apply()
-    snapshot_s = bench.wait_caught_up(300)
-    bench.say(f"initial snapshot applied by every sink ({snapshot_s}s after the jobs started)")
+    if capture_only:
+        bench.capture()
+        snapshot_s = None
+    else:
+        bench.capture_and_apply()
+        snapshot_s = bench.wait_caught_up(300)
+        bench.say(f"initial snapshot applied by every sink ({snapshot_s}s after the jobs started)")
 
     ceiling = DecodingCeiling(bench)
     ceiling.create()
-    probe = FreshnessProbe(bench.conninfo(), sink_finders(bench.settings, bench.pipeline), bench.now, MARKER_INTERVAL_S)
+    finders = {"captured": capture_finder(bench.settings, bench.pipeline),
+               **({} if capture_only else sink_finders(bench.settings, bench.pipeline))}
+    probe = FreshnessProbe(bench.conninfo(), finders, bench.now, MARKER_INTERVAL_S)
     probe.start()
     phases, lag_series = [], []
     try:
         for rate in options["rates"]:
-            phases.append(_phase(bench, probe, rate, options, lag_series))
+            phases.append(_phase(bench, probe, rate, options, lag_series, () if capture_only else SINKS))
         probe.stop_writing()
         bench.say("load stopped; waiting for every sink to show every marker")
         drained = _drain(bench, probe, options["drain_timeout_s"])
@@ -49,9 +62,10 @@ def run(bench: Bench) -> dict:
         phase["delays"] = points
         phase["delay_s"] = {sink: measure.distribution(delay_values(p)) for sink, p in points.items()}
         phase["markers_never_seen"] = probe.unseen(phase["from_s"], phase["to_s"])
-        limit = decoding["pgoutput"]["row_changes_per_s"]
-        phase["of_decoding_ceiling"] = round(phase["source_row_changes_per_s"] / limit, 4) if limit else None
+        phase["of_decoding_ceiling"] = ratios({"source": phase["source_row_changes_per_s"]},
+                                              decoding["pgoutput"]["row_changes_per_s"])["source"]
     return {
+        "capture_only": capture_only,
         "snapshot_catch_up_s": snapshot_s,
         "marker_interval_s": MARKER_INTERVAL_S,
         "poll_interval_s": POLL_S,
@@ -63,21 +77,36 @@ def run(bench: Bench) -> dict:
     }
 
 
-def _phase(bench: Bench, probe: FreshnessProbe, rate: float, options: dict, lag_series: list) -> dict:
+def _phase(bench: Bench, probe: FreshnessProbe, rate: float, options: dict, lag_series: list,
+           sinks: tuple[str, ...]) -> dict:
     bench.say(f"rate {rate:g} operations/s for {options['duration_s']:.0f}s")
-    began, changes = bench.now(), row_changes(bench)
-    report = bench.run_load(rate, options["duration_s"], lambda: lag_series.append([bench.now(), *bench.behind().values()]))
-    ended = bench.now()
+    began, start = bench.now(), bench.progress(sinks)
+    every_5_s = (lambda: lag_series.append([bench.now(), *bench.behind().values()])) if sinks else (lambda: None)
+    report = bench.run_load(rate, options["duration_s"], every_5_s)
+    ended, end = bench.now(), bench.progress(sinks)
     bench.say(f"  achieved {report.achieved_rate:.1f} operations/s on {report.workers} connections")
+    captured_per_s = (end["captured"] - start["captured"]) / (ended - began)
+    applied = {sink: round((end[sink] - start[sink]) / (ended - began), 1) for sink in sinks}
     return {
         "label": f"{rate:g}/s asked, {report.achieved_rate:.0f}/s run",
         "rate": rate,
         "from_s": began,
         "to_s": ended,
         "load": report.as_dict(),
-        "source_row_changes_per_s": round((row_changes(bench) - changes) / (ended - began), 1),
-        "components": bench.sampler.summary(began, ended) if bench.sampler else {},
+        "source_row_changes_per_s": round(report.row_changes_per_s, 1),
+        "captured_per_s": round(captured_per_s, 1),
+        "applied_per_s": applied,
+        "applied_of_captured": ratios(applied, captured_per_s),
+        "components": bench.components_between(began, ended),
     }
+
+
+def check(bench: Bench, results: dict) -> dict:
+    """Capture only: every marker reached the topic. Otherwise `tide verify`."""
+    if not results["capture_only"]:
+        return bench.verify(rates={sink: max(phase["applied_per_s"][sink] for phase in results["phases"])
+                                   for sink in SINKS})
+    return {"clean": results["drained"]["all_markers_seen"], "markers_pending": results["drained"]["pending"]}
 
 
 def _drain(bench: Bench, probe: FreshnessProbe, timeout_s: float) -> dict:
@@ -91,7 +120,9 @@ def _drain(bench: Bench, probe: FreshnessProbe, timeout_s: float) -> dict:
 
 def plot(result: dict, out_dir: Path) -> list[Path]:
     data = result["results"]
-    return [
-        plots.delays(data["phases"], out_dir / "freshness-delays.png", "Commit → readable delay per sink"),
-        plots.components(result["component_series"], out_dir / "components.png", "CPU and memory per component"),
-    ]
+    drawn = [plots.delays(data["phases"], out_dir / "freshness-delays.png", "Commit → readable delay per sink")]
+    if not data.get("capture_only"):
+        drawn.append(plots.offered_vs_applied(data["phases"], out_dir / "freshness-offered-vs-applied.png",
+                                              "Rate offered vs rate applied per sink, per load phase"))
+    return [*drawn, plots.components(result["component_series"], out_dir / "components.png",
+                                     "CPU and memory per component")]

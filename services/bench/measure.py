@@ -41,6 +41,13 @@ def distribution(values: Sequence[float]) -> dict[str, float | int | None]:
     }
 
 
+def ratios(rates: dict[str, float | None], base: float | None) -> dict[str, float | None]:
+    """Each rate as a fraction of `base` (a stage's rate over the one before it, or over the source's
+    ceiling), measured in the same run; None where either is unknown or zero. On a shared, noisy
+    machine these fractions move less than the absolute rates."""
+    return {name: round(rate / base, 4) if rate and base else None for name, rate in rates.items()}
+
+
 # ---- processes --------------------------------------------------------------------------------
 
 
@@ -173,7 +180,8 @@ def busiest_processes(seconds: float = 2.0, top: int = 8, exclude: Iterable[int]
                     command = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 except OSError:
                     continue
-                seen[int(entry.name)] = ((int(fields[11]) + int(fields[12])) / CLOCK_TICKS, command.strip()[:160])
+                if command.strip():  # kernel threads and zombies have no command line
+                    seen[int(entry.name)] = ((int(fields[11]) + int(fields[12])) / CLOCK_TICKS, command.strip()[:160])
         return seen
 
     before = snapshot()

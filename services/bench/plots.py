@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # files only: no display on a server
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 
 SINK_COLOURS = {"search": "tab:blue", "cache": "tab:red", "warehouse": "tab:green", "analytics": "tab:purple",
-                "captured": "tab:gray"}
+                "captured": "tab:gray", "capture": "tab:gray", "decoding": "tab:olive"}
 
 
 def _save(figure, path: Path) -> Path:
@@ -51,11 +51,13 @@ def delays(phases: list[dict], path: Path, title: str) -> Path:
 
 
 def offered_vs_applied(steps: list[dict], path: Path, title: str) -> Path:
-    """Rate offered (changes/s into the topics) against rate applied, per sink; y = x is keeping up."""
+    """Rate offered (changes/s into the topics) against rate applied, per sink; y = x is keeping up.
+    `steps` (throughput's steps, freshness's phases) each have captured_per_s and applied_per_s."""
     figure, axis = plt.subplots(figsize=(7, 5))
     offered = [step["captured_per_s"] for step in steps]
-    for sink in ("search", "cache", "warehouse"):
-        axis.plot(offered, [step["applied_per_s"][sink] for step in steps], "o-", color=SINK_COLOURS[sink], label=sink)
+    for sink in steps[0]["applied_per_s"] if steps else ():
+        axis.plot(offered, [step["applied_per_s"][sink] for step in steps], "o-", color=SINK_COLOURS.get(sink),
+                  label=sink)
     top = max(offered + [1.0]) * 1.1
     axis.plot([0, top], [0, top], "--", color="gray", label="keeps up (applied = offered)")
     axis.set(title=title, xlabel="changes/s offered (into Kafka)", ylabel="changes/s applied by the sink")
@@ -64,16 +66,38 @@ def offered_vs_applied(steps: list[dict], path: Path, title: str) -> Path:
     return _save(figure, path)
 
 
-def progress(series: list[list[float]], columns: list[str], path: Path, title: str, total: int | None) -> Path:
-    """Records over time: `series` rows are [seconds, value per column]."""
+def progress(series: list[list[float]], columns: list[str], path: Path, title: str, total: int | None,
+             xlabel: str, goals: dict[str, int] | None = None) -> Path:
+    """Records over time: `series` rows are [seconds, value per column]; a dashed line at `total`
+    (every column's goal) or at each column's own goal in `goals`."""
     figure, axis = plt.subplots(figsize=(8, 5))
     for index, name in enumerate(columns, start=1):
-        axis.plot([row[0] for row in series], [row[index] for row in series], color=SINK_COLOURS.get(name), label=name)
+        colour = SINK_COLOURS.get(name)
+        axis.plot([row[0] for row in series], [row[index] for row in series], color=colour, label=name)
+        if goals and name in goals:
+            axis.axhline(goals[name], linestyle=":", color=colour, linewidth=0.8)
     if total:
         axis.axhline(total, linestyle="--", color="black", linewidth=0.8, label=f"source rows ({total:,})")
-    axis.set(title=title, xlabel="seconds since the connector was registered", ylabel="records")
+    axis.set(title=title, xlabel=xlabel, ylabel="records")
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8)
+    return _save(figure, path)
+
+
+def stage_rates(rates: dict[str, float | None], path: Path, title: str) -> Path:
+    """One bar per stage (records/s), each labelled with its rate and its fraction of the first stage's."""
+    figure, axis = plt.subplots(figsize=(8, 4.5))
+    names = list(rates)
+    values = [rates[name] or 0.0 for name in names]
+    bars = axis.bar(names, values, color=[SINK_COLOURS.get(name, "tab:gray") for name in names])
+    first = values[0] or None
+    for bar, value in zip(bars, values):
+        label = f"{value:,.0f}/s" + (f"\n{value / first:.1%}" if first else "") if value else "not caught up"
+        axis.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                      fontsize=8)
+    axis.set(title=title, ylabel="records/s")
+    axis.set_yscale("log" if first and min(v for v in values if v) * 20 < first else "linear")
+    axis.grid(True, axis="y", alpha=0.3)
     return _save(figure, path)
 
 

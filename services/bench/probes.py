@@ -6,19 +6,17 @@ a user of the view would read it, for the markers not seen yet; a marker's delay
 is the time of the first poll that finds it minus its commit time. The delay is
 therefore an upper bound by at most one poll interval (recorded in the result).
 Search counts a marker once a search finds it (after an index refresh), not a
-realtime GET.
+realtime GET. A fourth reader, `captured`, tails the marker table's change topic: commit → in
+Kafka, the capture stage's own delay (what Debezium's poll interval and the producer's linger add).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-
-import redis
-from deltalake import DeltaTable, QueryBuilder
-from elasticsearch import Elasticsearch
 
 from services.demo.workload import PROBE_DOMAIN
 from services.jobs.driver import job_settings
@@ -29,14 +27,50 @@ from spark_jobs.sinks.redis import row_key
 
 TABLE = "customers"
 # Delta is read by opening the table log each time: polled less often, so the probe does not load
-# the machine it measures (its delays are tens of seconds anyway).
-POLL_S: dict[SinkName, float] = {"search": 0.25, "cache": 0.25, "warehouse": 2.0}
+# the machine it measures (its delays are tens of seconds anyway). The topic is read continuously.
+POLL_S: dict[str, float] = {"captured": 0.05, "search": 0.25, "cache": 0.25, "warehouse": 2.0}
 
 Finder = Callable[[list[int]], set[int]]
 
 
+def capture_finder(settings: StackSettings, pipeline: PipelineConfig) -> Finder:
+    """Marker ids seen in the marker table's change topic since now (read from its end, by one thread)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    topic = pipeline.topic(TABLE)
+    partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+    consumer.assign(partitions)
+    consumer.seek_to_end(*partitions)
+    seen: set[int] = set()
+
+    def in_kafka(ids: list[int]) -> set[int]:
+        for records in consumer.poll(timeout_ms=50).values():
+            seen.update(key for record in records if (key := record_id(record.key)) is not None)
+        return seen.intersection(ids)
+
+    return in_kafka
+
+
+def record_id(key: bytes | None) -> int | None:
+    """The `id` in a change record's JSON key, with Connect's schema envelope or without."""
+    if not key:
+        return None
+    try:
+        document = json.loads(key)
+    except ValueError:
+        return None
+    document = document.get("payload", document) if isinstance(document, dict) else None
+    value = document.get("id") if isinstance(document, dict) else None
+    return value if isinstance(value, int) else None
+
+
 def sink_finders(settings: StackSettings, pipeline: PipelineConfig) -> dict[SinkName, Finder]:
     """For each sink, a function from marker ids to the ones readable in that sink now."""
+    import redis
+    from deltalake import DeltaTable, QueryBuilder
+    from elasticsearch import Elasticsearch
+
     jobs = job_settings(settings)
     search = pipeline.tables[TABLE].search
     alias = (search.index if search else None) or TABLE
@@ -78,7 +112,7 @@ class Marker:
 class FreshnessProbe:
     """Commits markers every `interval_s` and records when each sink first shows each of them."""
 
-    def __init__(self, conninfo: str, finders: dict[SinkName, Finder], clock: Callable[[], float],
+    def __init__(self, conninfo: str, finders: dict[str, Finder], clock: Callable[[], float],
                  interval_s: float = 0.5) -> None:
         self.conninfo, self.finders, self.clock, self.interval_s = conninfo, finders, clock, interval_s
         self.markers: dict[int, Marker] = {}
@@ -126,7 +160,7 @@ class FreshnessProbe:
                 with self._lock:
                     self.markers[key] = Marker(key, committed)
 
-    def _read(self, sink: SinkName) -> None:
+    def _read(self, sink: str) -> None:
         finder = self.finders[sink]
         while not self._stop.wait(POLL_S[sink]):
             with self._lock:

@@ -1,10 +1,15 @@
-"""Scenario `snapshot`: the initial snapshot of `rows` products into all three sinks.
+"""Scenario `snapshot`: the initial snapshot of `rows` products into every sink.
 
 The products are written straight into PostgreSQL before the connector exists
 (names, prices, tags, attributes, and descriptions of 32 B to 1.9 KB, about 1 KB
-on average), then the connector is registered (Debezium's initial snapshot) and
-the jobs started. Every two seconds the benchmark records how many records are in
-the topics and how many each sink's query has committed.
+on average). PostgreSQL alone then reads every captured table out once (the read
+ceiling), the connector is registered (Debezium's initial snapshot) and the jobs
+started. Every two seconds the benchmark records how many records are in the
+topics and how many each sink's query has committed.
+
+With `capture_only` no Spark job runs and no Elasticsearch or Redis starts: the
+capture stage alone (time until Kafka holds every row, sampled every half second),
+which is how capture settings are measured (`--connector KEY=VALUE`).
 """
 
 from __future__ import annotations
@@ -13,15 +18,16 @@ import threading
 from pathlib import Path
 
 from services.bench import plots
-from services.bench.core import Bench, BenchError, poll_until
-from spark_jobs.pipeline import tables_with_view
+from services.bench.baseline import read_ceiling
+from services.bench.core import CAPTURE_SERVICES, Bench, BenchError, poll_until
+from services.bench.measure import ratios
 from spark_jobs.settings import SINKS
 
 NAME = "snapshot"
 # timeout_s: a million rows took 24 min with 100,000-record batches, far longer with the default (docs/benchmarks.md)
-DEFAULTS = {"rows": 1_000_000, "seed": 1, "timeout_s": 3600.0}
+DEFAULTS = {"rows": 1_000_000, "seed": 1, "timeout_s": 3600.0, "capture_only": False}
 BATCH_ROWS = 50_000
-SAMPLE_S = 2.0
+SAMPLE_S = {False: 2.0, True: 0.5}  # capture only: a million rows take about a minute, so sample finer
 COLUMNS = ["captured", *SINKS]  # analytics: the warehouse's history tables, its own query
 
 INSERT_PRODUCTS = """
@@ -58,44 +64,52 @@ def targets(bench: Bench) -> dict[str, int]:
     with bench.connect() as conn:
         rows = {table: conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] for table in bench.pipeline.tables}
     return {"captured": sum(rows.values()),
-            **{sink: sum(rows[table] for table in tables_with_view(bench.pipeline, sink)) for sink in SINKS}}
+            **{sink: sum(rows[table] for table in bench.pipeline.sink_tables(sink)) for sink in SINKS}}
 
 
 def run(bench: Bench) -> dict:
     options = {**DEFAULTS, **bench.options}
-    bench.up()
+    capture_only = options["capture_only"]
+    columns = ["captured"] if capture_only else COLUMNS
+    bench.up(CAPTURE_SERVICES if capture_only else None)
     bench.seed_demo()  # customers, orders and items too, as a shop has: products are the bulk
     bench.say(f"writing {options['rows']:,} products")
     source = fill_products(bench, options["rows"], options["seed"])
-    goal = targets(bench)
-    rows = goal["captured"]
+    goal = {column: rows for column, rows in targets(bench).items() if column in columns}
+    bench.say("PostgreSQL alone reads every captured table out (the read ceiling)")
+    ceiling = read_ceiling(bench)
+    bench.say(f"  {ceiling['rows']:,} rows in {ceiling['seconds']} s ({ceiling['rows_per_s']:,.0f} rows/s)")
 
     series: list[list[float]] = []
     stop = threading.Event()
     began = bench.now()
 
     def sample() -> None:
-        while not stop.wait(SAMPLE_S):
+        while not stop.wait(SAMPLE_S[capture_only]):
             try:
-                counts = bench.progress()
+                counts = bench.progress(sinks=() if capture_only else SINKS)
             except Exception:  # noqa: BLE001 - topics not created yet: nothing captured so far
-                counts = dict.fromkeys(COLUMNS, 0)
-            series.append([round(bench.now() - began, 1), *(counts[c] for c in COLUMNS)])
+                counts = dict.fromkeys(columns, 0)
+            series.append([round(bench.now() - began, 1), *(counts[c] for c in columns)])
             if len(series) % 15 == 0:
                 bench.record_load()
             if len(series) % 90 == 0:
-                bench.record_others()  # every three minutes: who else uses the machine
+                bench.record_others()  # every few minutes: who else uses the machine
 
     sampler = threading.Thread(target=sample, daemon=True, name="snapshot-progress")
     sampler.start()
+    jobs_ready = None
     try:
-        bench.capture_and_apply()
-        jobs_ready = round(bench.now() - began, 1)
-        bench.say(f"jobs running {jobs_ready}s after registration; waiting for every sink to hold its rows: {goal}")
+        bench.capture()
+        if not capture_only:
+            bench.apply()
+            jobs_ready = round(bench.now() - began, 1)
+            bench.say(f"jobs running {jobs_ready}s after registration")
+        bench.say(f"waiting for every stage to hold its rows: {goal}")
         bench.record_others()
         try:
-            poll_until(lambda: series and all(n >= goal[c] for c, n in zip(COLUMNS, series[-1][1:])),
-                       options["timeout_s"], f"every sink to apply its rows {goal}", 2.0)
+            poll_until(lambda: series and all(n >= goal[c] for c, n in zip(columns, series[-1][1:])),
+                       options["timeout_s"], f"every stage to hold its rows {goal}", SAMPLE_S[capture_only])
             timed_out = None
         except BenchError as exc:  # the progress so far is still a result; verify then shows what is missing
             timed_out = str(exc)
@@ -103,17 +117,46 @@ def run(bench: Bench) -> dict:
     finally:
         stop.set()
         sampler.join(timeout=30)
+    done = completion(series, columns, goal)
+    rates = {column: done[column]["rows_per_s"] for column in columns}
+    captured_in = done["captured"]["seconds_to_all_rows"]
     return {
+        "capture_only": capture_only,
         "products_written": options["rows"],
-        "rows": rows,
+        "rows": goal["captured"],
         "targets": goal,
         "source": source,
+        "read_ceiling": ceiling,
         "jobs_ready_s": jobs_ready,
         "timed_out": timed_out,
-        "completion": completion(series, COLUMNS, goal),
-        "progress_columns": ["seconds", *COLUMNS],
+        "completion": done,
+        "capture_cpu": capture_cpu(bench.components_between(began, began + captured_in), captured_in, goal["captured"])
+        if captured_in else None,
+        "ratios": {"of_read_ceiling": ratios(rates, ceiling["rows_per_s"]),
+                   "of_capture": ratios({c: rates[c] for c in columns[1:]}, rates["captured"])},
+        "progress_columns": ["seconds", *columns],
         "progress": series,
     }
+
+
+def capture_cpu(components: dict[str, dict[str, float]], seconds: float, rows: int) -> dict:
+    """CPU the capture stage's components used while it took the snapshot: per component and in all,
+    milliseconds of CPU per 1,000 rows. Less at the mercy of other load than rows/s: on a shared
+    machine a setting's effect shows here even when the wall clock is noisy."""
+    used = {name: components[name]["cpu_mean_percent"] / 100 * seconds for name in CAPTURE_SERVICES if name in components}
+    return {"cpu_s": {name: round(cpu, 1) for name, cpu in used.items()},
+            "ms_per_1000_rows": {name: round(1e6 * cpu / rows, 1) for name, cpu in used.items()},
+            "total_ms_per_1000_rows": round(1e6 * sum(used.values()) / rows, 1)}
+
+
+def check(bench: Bench, results: dict) -> dict:
+    """Capture only: every row is in the topics. Otherwise `tide verify`, waiting for the sinks at
+    the rates this run measured."""
+    if not results["capture_only"]:
+        return bench.verify(rates={sink: done["rows_per_s"] for sink, done in results["completion"].items()})
+    captured = results["progress"][-1][1] if results["progress"] else 0
+    return {"clean": captured >= results["targets"]["captured"], "captured": captured,
+            "expected": results["targets"]["captured"]}
 
 
 def completion(series: list[list[float]], columns: list[str], goal: dict[str, int]) -> dict[str, dict]:
@@ -144,6 +187,6 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
     return [
         plots.progress(data["progress"], data["progress_columns"][1:], out_dir / "snapshot-progress.png",
                        f"Initial snapshot: {data['rows']:,} rows ({data['products_written']:,} products written)",
-                       data["rows"]),
+                       data["rows"], "seconds since the connector was registered"),
         plots.components(result["component_series"], out_dir / "components.png", "CPU and memory per component"),
     ]

@@ -7,7 +7,10 @@ records that reached the topics (Kafka end offsets), records each sink committed
 component. A sink keeps up with a step when its lag grew by less than 20 s worth
 of the step's input (a micro-batch plus a Delta MERGE). Stepping stops when no
 sink keeps up or the workload cannot reach 80% of the asked rate. The decoding
-ceiling (baseline.py) is measured in the same run.
+ceiling (baseline.py) is measured in the same run; each step reports every sink's
+applied rate as a fraction of the rate into Kafka, and the highest rate each sink
+sustained as a fraction of the ceiling. Before verify, the wait for the sinks to
+catch up scales with what they still have to apply, at the rates they showed.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from services.bench import plots
-from services.bench.baseline import DecodingCeiling, row_changes
+from services.bench.baseline import DecodingCeiling
 from services.bench.core import Bench
+from services.bench.measure import ratios
 from spark_jobs.settings import SINKS
 
 NAME = "throughput"
@@ -48,26 +52,33 @@ def run(bench: Bench) -> dict:
 
 def _step(bench: Bench, rate: float, options: dict) -> dict:
     bench.say(f"rate {rate:g} operations/s for {options['duration_s']:.0f}s")
-    began, start, changes, behind = bench.now(), bench.progress(), row_changes(bench), bench.behind()
+    began, start, behind = bench.now(), bench.progress(), bench.behind()
     report = bench.run_load(rate, options["duration_s"])
     ended, end, behind_end = bench.now(), bench.progress(), bench.behind()
     seconds = ended - began
     captured_per_s = (end["captured"] - start["captured"]) / seconds
-    cpu = bench.sampler.summary(began, ended) if bench.sampler else {}
+    applied = {sink: round((end[sink] - start[sink]) / seconds, 1) for sink in SINKS}
+    cpu = bench.components_between(began, ended)
     return {
         "rate": rate,
         "from_s": began,
         "to_s": ended,
         "load": report.as_dict(),
-        "source_row_changes_per_s": round((row_changes(bench) - changes) / seconds, 1),
+        "source_row_changes_per_s": round(report.row_changes_per_s, 1),
         "captured_per_s": round(captured_per_s, 1),
-        "applied_per_s": {sink: round((end[sink] - start[sink]) / seconds, 1) for sink in SINKS},
+        "applied_per_s": applied,
+        "applied_of_captured": ratios(applied, captured_per_s),
         "behind_start": behind,
         "behind_end": behind_end,
         "keeps_up": {sink: behind_end[sink] - behind[sink] <= LAG_SLACK_S * captured_per_s for sink in SINKS},
         "components": cpu,
         "busiest_component": max(cpu, key=lambda name: cpu[name]["cpu_mean_percent"]) if cpu else None,
     }
+
+
+def check(bench: Bench, results: dict) -> dict:
+    """`tide verify`, after a catch-up wait sized by each sink's backlog at the best rate it showed."""
+    return bench.verify(rates={sink: max(step["applied_per_s"][sink] for step in results["steps"]) for sink in SINKS})
 
 
 def summarise(steps: list[dict], ceiling: dict) -> dict:

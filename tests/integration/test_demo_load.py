@@ -90,3 +90,13 @@ def test_the_workload_never_deletes_a_probe_customer(new_demo_db):
         deleted = [workload.delete_unused(conn, rnd) for _ in range(6 * unused)].count("delete customer")
         assert deleted == unused - 1  # every unused customer but the probe went
         assert conn.execute("SELECT count(*) FROM customers WHERE id = %s", (probe,)).fetchone()[0] == 1
+
+
+def test_asked_more_than_it_can_run_it_ends_on_time_and_counts_the_row_changes(new_demo_db):
+    conninfo = _seeded(new_demo_db(), seed=4)
+    report = load.run(conninfo, rate=1_000_000, duration_s=3, seed=4, workers=4, processes=2)
+    assert report.errors == []
+    assert report.processes == 2 and report.operations > 0
+    assert report.seconds < 30, report.as_dict()  # ended at its duration, not after a million slots
+    # PostgreSQL's counters: an order placed is at least three (order, an item, its total)
+    assert report.row_changes >= 3 * report.by_operation["place order"] > 0

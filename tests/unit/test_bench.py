@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.bench import core, freshness, measure, plots, report, snapshot, throughput
-from services.bench.cli import parse_rates
-from services.demo.load import LoadReport, Pacer, workers_for
+from services.bench import baseline, core, drain, freshness, measure, plots, probes, report, runs, snapshot, throughput
+from services.bench.cli import parse_rates, parse_settings
+from services.demo.load import LoadReport, Pacer, processes_for, workers_for
 
 
 # ---- percentiles ----
@@ -82,13 +82,22 @@ def test_sampler_summarises_each_component():
 
 
 def test_pacer_spaces_slots_by_one_over_the_rate_and_stops_at_the_end():
-    pacer = Pacer(rate=4, start=100.0, ends_at=101.0)
+    pacer = Pacer(rate=4, start=100.0, ends_at=101.0, clock=lambda: 100.0)
     assert [pacer.take() for _ in range(5)] == [100.0, 100.25, 100.5, 100.75, None]
     assert pacer.offered == 4
 
 
+def test_a_late_pacer_stops_at_the_end_instead_of_running_every_slot():
+    now = [100.0]
+    pacer = Pacer(rate=1000, start=100.0, ends_at=101.0, clock=lambda: now[0])
+    assert pacer.take() == 100.0
+    now[0] = 101.0  # the machine could not keep up: 998 slots are still due
+    assert pacer.take() is None
+    assert pacer.offered == 1
+
+
 def test_pacer_hands_each_slot_to_exactly_one_thread():
-    pacer = Pacer(rate=1000, start=0.0, ends_at=10.0)
+    pacer = Pacer(rate=1000, start=0.0, ends_at=10.0, clock=lambda: 0.0)
     taken: list[float] = []
     lock = threading.Lock()
 
@@ -116,10 +125,24 @@ def test_achieved_rate_counts_every_operation_run():
     assert report.as_dict()["operations"] == 1000
 
 
-def test_workers_grow_with_the_rate_within_bounds():
+def test_workers_grow_with_the_rate_within_bounds_and_spread_over_processes_by_eight():
     assert workers_for(1) == 1
-    assert workers_for(400) == 10
-    assert workers_for(100_000) == 16
+    assert workers_for(400) == 8
+    assert workers_for(100_000) == 32
+    assert [processes_for(n) for n in (1, 8, 9, 32)] == [1, 1, 2, 4]
+
+
+def test_reports_of_several_processes_add_up_and_give_row_changes_per_second():
+    total = LoadReport(rate=100, workers=4, processes=2, seconds=10)
+    total.add(LoadReport(rate=50, workers=2, done=400, idle=50, by_operation={"place order": 400, "nothing to do": 50}))
+    total.add(LoadReport(rate=50, workers=2, done=450, conflicts=1, by_operation={"place order": 450, "conflict": 1},
+                         errors=["worker 3: boom"]))
+    total.row_changes = 1700
+    summary = total.as_dict()
+    assert (summary["operations"], summary["changed"], summary["conflicts"]) == (901, 850, 1)
+    assert summary["by_operation"] == {"conflict": 1, "nothing to do": 50, "place order": 850}
+    assert summary["row_changes_per_s"] == 170.0 and summary["errors"] == ["worker 3: boom"]
+    assert LoadReport(rate=1, workers=1, seconds=5).row_changes_per_s is None  # not counted yet
 
 
 def test_rates_parse_or_fail_with_a_fix():
@@ -168,13 +191,13 @@ def test_summary_takes_the_highest_step_each_sink_kept_up_with_against_the_ceili
 
 def test_result_folder_is_named_by_date_and_scenario(tmp_path):
     day = datetime(2026, 11, 22, tzinfo=timezone.utc)
-    assert core.result_dir(tmp_path, "freshness", day) == tmp_path / "2026-11-22-freshness"
+    assert runs.result_dir(tmp_path, "freshness", day) == tmp_path / "2026-11-22-freshness"
 
 
 def test_result_json_round_trips(tmp_path):
     result = {"scenario": "x", "results": {"p50": 0.5, "when": datetime(2026, 1, 1)}}
-    core.write_result(tmp_path / "out", result)
-    assert core.read_result(tmp_path / "out") == {"scenario": "x", "results": {"p50": 0.5, "when": "2026-01-01 00:00:00"}}
+    runs.write_result(tmp_path / "out", result)
+    assert runs.read_result(tmp_path / "out") == {"scenario": "x", "results": {"p50": 0.5, "when": "2026-01-01 00:00:00"}}
 
 
 def _is_png(path) -> bool:
@@ -184,16 +207,39 @@ def _is_png(path) -> bool:
 COMPONENTS = {"postgres": [[0, 10.0, 100.0], [1, 50.0, 120.0]], "jobs": [[0, 90.0, 900.0], [1, 120.0, 950.0]]}
 
 
+STEPS = [
+    {"captured_per_s": 100.0, "applied_per_s": {"search": 100.0, "cache": 100.0, "warehouse": 90.0}},
+    {"captured_per_s": 400.0, "applied_per_s": {"search": 380.0, "cache": 400.0, "warehouse": 150.0}},
+]
+
+
+def _drain_result() -> dict:
+    sinks = {"search": {"records": 1000, "applied": 1000, "seconds": 4.0, "records_per_s": 250.0},
+             "cache": {"records": 1000, "applied": 1000, "seconds": 2.0, "records_per_s": 500.0},
+             "warehouse": {"records": 1000, "applied": 300, "seconds": None, "records_per_s": None},
+             "analytics": {"records": 400, "applied": 400, "seconds": 8.0, "records_per_s": 50.0}}
+    rates = {"decoding": 10_000.0, "capture": 2_000.0, **{sink: s["records_per_s"] for sink, s in sinks.items()}}
+    return {
+        "backlog": {"row_changes": 800, "seconds": 1.0, "row_changes_per_s": 800.0, "achieved_rate": 470.0,
+                    "workers": 32},
+        "capture": {"records": 1000}, "records_per_s": rates,
+        "seconds": {"decoding": 0.1, "capture": 0.5, **{sink: s["seconds"] for sink, s in sinks.items()}},
+        "ratios": {"of_decoding": measure.ratios(rates, 10_000.0),
+                   "of_capture": measure.ratios({sink: rates[sink] for sink in sinks}, 2_000.0)},
+        "apply": {"sinks": sinks, "series_columns": ["seconds", *sinks],
+                  "series": [[0, 0, 0, 0, 0], [2, 500, 1000, 100, 100], [4, 1000, 1000, 300, 200]]},
+    }
+
+
 def test_each_scenario_plots_pngs_from_its_json_result(tmp_path):
-    delays = {"search": [[1.0, 1.2], [2.0, 0.9]], "cache": [[1.0, 0.5]], "warehouse": []}
+    delays = {"captured": [[1.0, 0.3]], "search": [[1.0, 1.2], [2.0, 0.9]], "cache": [[1.0, 0.5]], "warehouse": []}
     results = {
-        freshness: {"phases": [{"label": "100/s", "delays": delays}, {"label": "1000/s", "delays": delays}]},
+        freshness: {"phases": [{"label": "100/s", "delays": delays, **STEPS[0]},
+                               {"label": "1000/s", "delays": delays, **STEPS[1]}]},
         snapshot: {"rows": 100, "products_written": 90, "progress_columns": ["seconds", "captured", "search"],
                    "progress": [[0, 0, 0], [2, 100, 50], [4, 100, 100]]},
-        throughput: {"steps": [
-            {"captured_per_s": 100.0, "applied_per_s": {"search": 100.0, "cache": 100.0, "warehouse": 90.0}},
-            {"captured_per_s": 400.0, "applied_per_s": {"search": 380.0, "cache": 400.0, "warehouse": 150.0}},
-        ]},
+        throughput: {"steps": STEPS},
+        drain: _drain_result(),
     }
     for module, data in results.items():
         out = tmp_path / module.NAME
@@ -221,6 +267,7 @@ def test_summary_markdown_describes_the_machine_its_load_the_numbers_and_verify(
             "label": "100/s", "rate": 100.0, "load": {"achieved_rate": 99.5}, "source_row_changes_per_s": 180.0,
             "delay_s": {"search": {"count": 3, "p50": 1.5, "p95": 2.0, "p99": 2.1, "max": 2.2}},
             "markers_never_seen": {"search": 0}, "components": {},
+            "captured_per_s": 200.0, "applied_per_s": {"search": 190.0}, "applied_of_captured": {"search": 0.95},
         }]},
         "components": {"jobs": {"cpu_mean_percent": 80.0, "cpu_peak_percent": 150.0, "rss_peak_mb": 2000.0}},
         "verify": {"clean": True, "seconds": 30.0, "views": [{"table": "customers", "sink": "search", "divergences": {}}]},
@@ -231,7 +278,76 @@ def test_summary_markdown_describes_the_machine_its_load_the_numbers_and_verify(
     assert "java (wt-history)" in text
     assert "| 100.0 | 99.5 | 180.0 | search | 3 | 1.5 | 2.0 | 2.1 | 2.2 | 0 |" in text
     assert "| jobs | 80.0 | 150.0 | 2000.0 |" in text
+    assert "| 100.0 | 200.0 | 190.0 (95.0%) |" in text  # offered vs applied, and the ratio
     assert "tide verify: clean (1 views" in text
+
+
+def test_drain_summary_gives_each_stage_its_rate_and_ratios_and_says_who_did_not_catch_up():
+    result = {"scenario": "drain", "started_at": "2026-11-25T12:00:00+00:00", "wall_s": 60.0,
+              "machine": {"cores": 2, "cpu_model": "Xeon", "memory_gib": 23.5, "kernel": "6.1", "python": "3.11.7"},
+              "versions": {}, "knobs": {}, "load_before": {"loadavg": [0.1, 0.1, 0.1]}, "load_after": [1.0, 1.0, 1.0],
+              "results": _drain_result(), "verify": {"clean": False, "error": "x"}}
+    text = report.markdown(result)
+    assert "| capture | 1000 | 0.5 | 2000.0 | 20.0% | – |" in text
+    assert "| search | 1000 | 4.0 | 250.0 | 2.5% | 12.5% |" in text
+    assert "| warehouse | 1000 | not caught up | – | – | – |" in text
+
+
+def test_rates_become_fractions_of_a_base_and_unknowns_stay_unknown():
+    assert measure.ratios({"search": 250.0, "warehouse": None, "cache": 0.0}, 2000.0) == {
+        "search": 0.125, "warehouse": None, "cache": None}
+    assert measure.ratios({"search": 250.0}, None) == {"search": None}
+
+
+def test_the_catch_up_wait_scales_with_the_slowest_backlog_within_bounds():
+    assert core.catch_up_budget({"search": 0, "cache": 0}, {}) == 300  # nothing behind: the floor
+    # 185,779 records at the 150/s measured, twice over: about 41 min, where the old fixed 300 s ran out
+    assert core.catch_up_budget({"warehouse": 185_779, "search": 10}, {"warehouse": 150.0}) == 2477.1
+    assert core.catch_up_budget({"warehouse": 1000}, {}) == 300  # unmeasured: 100/s assumed
+    assert core.catch_up_budget({"warehouse": 10**9}, {"warehouse": 1.0}) == 4 * 3600  # capped
+
+
+def test_test_decoding_lines_count_by_kind_and_become_debezium_records():
+    lines = [
+        "BEGIN 1",
+        "table public.orders: INSERT: id[bigint]:1 status[order_status]:'pending'",
+        "table public.orders: UPDATE: id[bigint]:1 status[order_status]:'paid'",
+        "table public.order_items: UPDATE: old-key: order_id[bigint]:1 line_no[integer]:1 new-tuple: order_id[bigint]:1",
+        "table public.customers: DELETE: id[bigint]:7",
+        "table public.tideline_heartbeat: UPDATE: id[integer]:1 beat_at[timestamp with time zone]:'2026'",
+        "COMMIT 1",
+    ]
+    counts = baseline.count_changes(lines, {"public.orders", "public.order_items", "public.customers"})
+    assert counts == {("public.orders", "INSERT"): 1, ("public.orders", "UPDATE"): 1,
+                      ("public.order_items", "KEY UPDATE"): 1, ("public.customers", "DELETE"): 1}
+    # insert 1, update 1, key change 3 (delete, tombstone, create), delete 2 (delete, tombstone)
+    assert baseline.debezium_records(counts) == 7
+    assert sum(baseline.count_changes(lines).values()) == 5
+
+
+def test_connector_settings_parse_or_fail_with_a_fix():
+    assert parse_settings(["max.batch.size=8192", " poll.interval.ms = 50 "]) == {
+        "max.batch.size": "8192", "poll.interval.ms": "50"}
+    with pytest.raises(core.BenchError, match="KEY=VALUE"):
+        parse_settings(["max.batch.size"])
+
+
+def test_knobs_record_the_capture_settings_with_the_runs_overrides():
+    from services.settings import StackSettings
+    from spark_jobs.config import load
+
+    settings = StackSettings()
+    knobs = runs.knobs(settings, load(settings.pipeline_file), {"max.batch.size": "8192", "tasks.max": "1"})
+    assert knobs["connector"]["max.batch.size"] == "8192"
+    assert knobs["connector"]["tasks.max"] == "1"  # any override is recorded
+    assert set(core.CAPTURE_KNOBS) <= set(knobs["connector"])
+
+
+def test_a_change_records_key_gives_its_id_with_or_without_connects_schema():
+    assert probes.record_id(b'{"schema": {"type": "struct"}, "payload": {"id": 42}}') == 42
+    assert probes.record_id(b'{"id": 43}') == 43
+    assert probes.record_id(b'{"truncate": "customers"}') is None
+    assert probes.record_id(None) is None and probes.record_id(b"not json") is None
 
 
 def test_completion_measures_each_column_against_its_own_goal():

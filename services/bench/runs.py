@@ -1,0 +1,120 @@
+"""One scenario run from start to result: its clean stack, the knobs in force, the machine before,
+during and after, the scenario's measurements and check, and the result folder (result.json,
+summary.md, PNG plots)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from services.bench import measure, report
+from services.bench.core import CAPTURE_KNOBS, Bench, Say, bench_settings
+from services.jobs import driver
+from services.settings import StackSettings
+from services.versions import PROJECT_ROOT, pinned
+from spark_jobs.config import PipelineConfig, load
+
+RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
+
+
+def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str, str] | None = None) -> dict[str, Any]:
+    """The tuning settings in force, so a result says what it was measured with: the jobs', the
+    heaps', and the capture settings of the connector config (with the run's `--connector` overrides)."""
+    from services.connector.registration import render_config
+    from spark_jobs.settings import JobSettings
+
+    config = render_config(settings, pipeline, connector)
+    capture = {key: config.get(key, report.DEFAULT_SETTING)
+               for key in [*CAPTURE_KNOBS, *sorted(set(connector or {}) - set(CAPTURE_KNOBS))]}
+
+    jobs = driver.job_settings(settings)
+    env_only = JobSettings()  # settings the driver reads straight from TIDE_JOB_* (not set by the stack)
+    return {
+        "job_trigger_interval": jobs.trigger_interval,
+        "job_warehouse_trigger_interval": env_only.warehouse_trigger_interval,
+        "job_analytics_trigger_interval": env_only.analytics_trigger_interval,
+        "job_max_offsets_per_trigger": jobs.max_offsets_per_trigger,
+        "job_driver_memory": jobs.driver_memory,
+        "job_es_bulk_size": env_only.es_bulk_size,
+        "source_partitions": pipeline.source.partitions,
+        "kafka_heap": settings.kafka_heap,
+        "connect_heap": settings.connect_heap,
+        "elasticsearch_heap": settings.elasticsearch_heap,
+        "connector": capture,
+    }
+
+
+def result_dir(root: Path, scenario: str, day: datetime | None = None) -> Path:
+    """bench/results/<date>-<scenario>/ (a second run the same day replaces the first)."""
+    return root / f"{(day or datetime.now(timezone.utc)):%Y-%m-%d}-{scenario}"
+
+
+def write_result(out_dir: Path, result: dict[str, Any]) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "result.json"
+    path.write_text(json.dumps(result, indent=1, sort_keys=False, default=str) + "\n")
+    return path
+
+
+def read_result(out_dir: Path) -> dict[str, Any]:
+    return json.loads((out_dir / "result.json").read_text())
+
+
+@contextmanager
+def sampled(bench: Bench, interval_s: float = 1.0) -> Iterator[measure.ProcessSampler]:
+    sampler = measure.ProcessSampler(bench.component_pids, interval_s)
+    bench.sampler = sampler
+    sampler.start()
+    try:
+        yield sampler
+    finally:
+        sampler.stop()
+
+
+def run_scenario(scenario, settings: StackSettings, out_dir: Path, options: dict[str, Any], say: Say,
+                 keep_stack: bool = False) -> dict[str, Any]:
+    """Run one scenario on its own clean stack and write result.json and its plots to `out_dir`."""
+    settings = bench_settings(settings)
+    pipeline = load(settings.pipeline_file)
+    bench = Bench(settings, pipeline, options, say)
+    started_at = datetime.now(timezone.utc)
+    say("measuring the machine's load before the run")
+    result: dict[str, Any] = {
+        "scenario": scenario.NAME,
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "options": options,
+        "machine": measure.machine(),
+        "versions": pinned().model_dump(),
+        "knobs": knobs(settings, pipeline, options.get("connector")),
+        "load_before": {"loadavg": measure.loadavg(), "busiest_processes": measure.busiest_processes()},
+    }
+    try:
+        with sampled(bench) as sampler:
+            result["results"] = scenario.run(bench)
+            # A scenario without the sinks (baseline) checks its own result instead.
+            try:
+                result["verify"] = (scenario.check(bench, result["results"]) if hasattr(scenario, "check")
+                                    else bench.verify())
+            except Exception as exc:  # noqa: BLE001 - the measurements stay a (failed) result, written below
+                result["verify"] = {"clean": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+            result["components"] = sampler.summary()
+            result["component_series"] = sampler.series()
+    finally:
+        if not keep_stack:
+            say("stopping the bench stack")
+            bench.down()
+    result["load_during"] = bench.load_during
+    result["other_processes_during"] = bench.others_during
+    result["load_after"] = measure.loadavg()
+    result["wall_s"] = round(time.monotonic() - bench.began, 1)
+    write_result(out_dir, result)
+    result["plots"] = [path.name for path in scenario.plot(result, out_dir)]
+    write_result(out_dir, result)
+    report.write(result, out_dir)
+    return result
+
