@@ -7,11 +7,12 @@ PY := $(VENV)/bin/python
 TIDE := $(VENV)/bin/tide
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PG_MAJOR := $(shell python3 -c 'import tomllib;print(tomllib.load(open("pyproject.toml","rb"))["tool"]["tideline"]["versions"]["postgresql"])')
-# The clients `tide up` prints lines for (psql, redis-cli, curl) are installed too; Chromium for the dashboard test.
+# The clients `tide up` prints lines for (psql, redis-cli, curl) are installed too; Chromium for the dashboard test;
+# the Docker engine, Compose and debootstrap for the Docker route (`make images`, docs/docker.md).
 DEBIAN_PACKAGES := postgresql-$(PG_MAJOR) postgresql-client-$(PG_MAJOR) redis-server redis-tools curl \
-	openjdk-17-jdk-headless maven python3-venv docker-compose chromium chromium-driver
+	openjdk-17-jdk-headless maven python3-venv docker.io docker-compose debootstrap chromium chromium-driver
 
-.PHONY: run test setup system python jars env down clean
+.PHONY: run test setup system python jars env down clean images wheels
 
 run: setup
 	$(TIDE) up --demo
@@ -47,6 +48,23 @@ env: .env
 
 jars: python
 	$(TIDE) stack fetch
+
+# The Docker route's image (docs/docker.md), built from what setup resolved here (the jars in .tideline/lib)
+# and the locked Python wheels, on a Debian base made with debootstrap. Needs an engine that answers
+# (docker/engine.sh start). Then `docker-compose up -d`. Every service runs the one image; postgres is the
+# service that carries its build in docker-compose.yml.
+images: setup wheels
+	docker/base-image.sh
+	docker-compose build postgres
+
+wheels: .tideline/wheels/.built
+
+# Every package of the lock whatever its marker says for this Python (the image runs Debian's 3.11.2, which
+# needs async-timeout; a newer 3.11 does not); the lock is the whole tree, so no dependencies are resolved.
+.tideline/wheels/.built: requirements.lock $(VENV)/.installed
+	rm -rf .tideline/wheels
+	$(PY) -m pip wheel -q --no-deps -r <(sed -E 's/[[:space:]]*;.*//' requirements.lock) -w .tideline/wheels
+	touch $@
 
 down:
 	$(TIDE) down

@@ -14,7 +14,7 @@ from services.demo.cli import demo_app
 from services.jobs.cli import jobs_app, rebuild_app
 from services.stack.cli import stack_app
 from services.status.cli import status_command
-from services.up.cli import down_command, up_command
+from services.up.cli import down_command, serve_command, up_command
 from services.verify.cli import verify_command
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app = typer.Typer(
 )
 app.command("up")(up_command)
 app.command("down")(down_command)
+app.command("serve")(serve_command)
 app.add_typer(stack_app, name="stack")
 app.add_typer(db_app, name="db")
 app.add_typer(demo_app, name="demo")

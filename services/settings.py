@@ -7,6 +7,7 @@ git-ignored and `.env.example` lists every variable.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -102,6 +103,15 @@ class StackSettings(BaseSettings):
     @property
     def run_dir(self) -> Path:
         return self.state_dir / "run"
+
+    @property
+    def loopback_only(self) -> bool:
+        """Whether services listen on loopback only, as on one machine. In a container they listen on
+        every interface of the container (docker-compose.yml sets TIDE_HOST=0.0.0.0)."""
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # a name
+            return self.host == "localhost"
 
     def host_of(self, service: Literal["postgres", "redis", "kafka", "connect", "elasticsearch"]) -> str:
         """The host clients use to reach `service`: its own setting, else `host`."""

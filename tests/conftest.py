@@ -35,6 +35,14 @@ def stack_ports(band: int, shift: int = 0) -> dict[str, int]:
     return {name: band * 10_000 + port + shift + _PORT_OFFSET for name, port in usual.items()}
 
 
+def compose_ports() -> dict[str, int]:
+    """Host ports the compose end-to-end test publishes its stack on (as TIDE_<NAME>_PORT): 61000 plus
+    the last three digits of the usual port, plus this checkout's offset. Above Linux's ephemeral range
+    and clear of bands 1 and 2 (with any offset up to 3000 they stay below 65536 and apart)."""
+    usual = {"postgres_port": 5432, "redis_port": 6379, "elasticsearch_port": 9200, "api_port": 8000}
+    return {name: 61_000 + port % 1000 + _PORT_OFFSET for name, port in usual.items()}
+
+
 TEST_STACK = {"state_dir": PROJECT_ROOT / ".tideline" / "test", **stack_ports(2)}
 # Ports of a stack that `tide up` starts from nothing in a test (band 1, below the ephemeral range).
 UP_PORTS = stack_ports(1)

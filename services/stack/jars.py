@@ -8,6 +8,7 @@ file per bundle makes `tide stack up` skip Maven entirely when nothing changed.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -81,7 +82,10 @@ def resolve(settings: StackSettings, bundle: JarBundle) -> Path:
     name = bundle.name
     target = settings.lib_dir / bundle.target
     props = bundle.properties(pinned())
-    stamp = " ".join(f"{k}={v}" for k, v in sorted(props.items())) + f" pom={bundle.pom.stat().st_mtime_ns}"
+    # The pom's content, not its modification time: a copy of the folder (the Docker image's, whose
+    # copy keeps whole seconds only) stays current, and a checkout that only touches the pom resolves nothing.
+    pom = hashlib.sha256(bundle.pom.read_bytes()).hexdigest()[:16]
+    stamp = " ".join(f"{k}={v}" for k, v in sorted(props.items())) + f" pom={pom}"
     marker = target / ".resolved"
     if marker.is_file() and marker.read_text() == stamp:
         return target

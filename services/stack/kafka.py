@@ -59,6 +59,7 @@ def prepare_broker(settings: StackSettings) -> None:
         _broker_config(settings),
         {
             "KAFKA_HOST": settings.host,
+            "KAFKA_ADVERTISED_HOST": settings.host_of("kafka"),
             "KAFKA_BROKER_PORT": str(settings.kafka_port),
             "KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
             "KAFKA_DATA_DIR": str(data),
@@ -120,6 +121,7 @@ def prepare_connect(settings: StackSettings) -> None:
             "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap,
             "CONNECT_GROUP_ID": CONNECT_GROUP,
             "CONNECT_REST_HOST": settings.host,
+            "CONNECT_ADVERTISED_HOST": settings.host_of("connect"),
             "CONNECT_REST_PORT": str(settings.connect_port),
             "CONNECT_PLUGIN_PATH": str(jars.bundle_dir(settings, "debezium").parent),
         },

@@ -43,10 +43,30 @@ def conninfo(settings: StackSettings, dbname: str | None = None) -> str:
 
 
 def prepare(settings: StackSettings) -> None:
-    """initdb once; the superuser is TIDE_POSTGRES_USER with a scram password, no trust auth."""
+    """initdb once (the superuser is TIDE_POSTGRES_USER with a scram password, no trust auth); when the
+    server listens beyond loopback, admit password logins from its own subnets too."""
     data = data_dir(settings)
-    if (data / "PG_VERSION").is_file():
-        return
+    if not (data / "PG_VERSION").is_file():
+        _initdb(settings, data)
+    if not settings.loopback_only:
+        _admit_own_subnets(data)
+
+
+# Password logins from the server's own subnets ("samenet").
+OWN_SUBNETS_RULE = "host all all samenet scram-sha-256"
+
+
+def _admit_own_subnets(data: Path) -> None:
+    """initdb's pg_hba.conf admits loopback logins only. A server listening beyond loopback is one in a
+    container (docker-compose.yml), whose clients are the other containers and the proxy of its published
+    port, all on its own subnet: admit password logins from there, and from nowhere else."""
+    hba = data / "pg_hba.conf"
+    rules = hba.read_text()
+    if OWN_SUBNETS_RULE not in rules.splitlines():
+        hba.write_text(rules.rstrip("\n") + f"\n# Tideline: listening beyond loopback (services/stack/postgres.py)\n{OWN_SUBNETS_RULE}\n")
+
+
+def _initdb(settings: StackSettings, data: Path) -> None:
     password = settings.require_postgres_password()
     user = unprivileged_user(SYSTEM_USER)
     data.parent.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,9 @@ def command(settings: StackSettings) -> list[str]:
         "--daemonize", "no",
         "--appendonly", "yes",
         "--save", "",
-        "--protected-mode", "yes",
+        # Protected mode refuses every client beyond loopback while there is no password: in a container,
+        # the other containers are the clients (and only the compose network and loopback reach it).
+        "--protected-mode", "yes" if settings.loopback_only else "no",
     ]  # fmt: skip
 
 

@@ -1,7 +1,11 @@
-"""Drive the service catalogue: one loop for up, down and status, whatever the service."""
+"""Drive the service catalogue: one loop for up, down and status, whatever the service, and `serve`
+for one service in a container."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -85,19 +89,34 @@ def _preflight(settings: StackSettings, services: list[Service]) -> None:
                 )
 
 
-def _start(settings: StackSettings, service: Service) -> process.Started:
+@dataclass(frozen=True)
+class Launch:
+    """How to run a prepared service: its argv, working folder, extra environment and user."""
+
+    argv: list[str]
+    cwd: Path
+    env: dict[str, str]
+    user: str | None
+
+
+def _prepare(settings: StackSettings, service: Service) -> Launch:
     user = process.unprivileged_user(service.user_when_root)
     service.prepare(settings)
     workdir = process.service_home(settings.state_dir, service.name, user)
     workdir.mkdir(parents=True, exist_ok=True)
     process.chown_tree(workdir, user)
+    return Launch(service.command(settings), workdir, service.env(settings), user)
+
+
+def _start(settings: StackSettings, service: Service) -> process.Started:
+    launch = _prepare(settings, service)
     return process.start(
-        service.command(settings),
+        launch.argv,
         pid_file=pid_file(settings, service),
         log_file=log_file(settings, service),
-        cwd=workdir,
-        env=service.env(settings),
-        user=user,
+        cwd=launch.cwd,
+        env=launch.env,
+        user=launch.user,
     )
 
 
@@ -192,3 +211,82 @@ def status(settings: StackSettings, services: Iterable[Service] | None = None) -
             )
         )
     return rows
+
+
+# How often `serve` probes its service: until it is healthy, then while it is (docker/healthy.sh
+# calls a pass older than 30 s stale).
+SERVE_PROBE_S = {False: 1.0, True: 5.0}
+
+
+class _Stopping(Exception):
+    """Raised in `serve` by the first stop signal, once it is passed on: stop probing, wait for the exit."""
+
+
+def health_file(settings: StackSettings, service: Service) -> Path:
+    """Rewritten by each passing probe while `serve` runs the service, removed by a failing one."""
+    return settings.run_dir / f"{service.name}.healthy"
+
+
+def serve(settings: StackSettings, service: Service, report: Report = lambda n, s: None) -> int:
+    """Run one service in the foreground until it exits, as a container's main process; its exit code.
+
+    The same steps as `up` (jars, prepare, command, environment, user; on_ready after the first
+    passing probe), but the process writes to this process's output and has no pid file: the
+    container is what is started and stopped. SIGTERM and SIGINT are passed on (PostgreSQL stops
+    fast on SIGINT), and the first ends the probing. Until then the probe keeps running; `health_file` records each pass, so the container's
+    health check (docker/healthy.sh) is this probe without starting Python for every check.
+    A probe's StackError (a permanent failure) stops the service and propagates."""
+    for bundle in service.jar_bundles:
+        ensure(settings, bundle)
+    launch = _prepare(settings, service)
+    health = health_file(settings, service)
+    health.parent.mkdir(parents=True, exist_ok=True)
+    health.unlink(missing_ok=True)
+    child = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, cwd=launch.cwd, env={**os.environ, **launch.env},
+                             user=launch.user)
+    stopping = False
+
+    def pass_on(received: int, frame: object) -> None:
+        nonlocal stopping
+        child.send_signal(received)
+        if not stopping:  # the first one ends the probing too (a probe of a stopping Kafka waits 30 s)
+            stopping = True
+            raise _Stopping
+
+    previous = {signum: signal.signal(signum, pass_on) for signum in (signal.SIGTERM, signal.SIGINT)}
+    healthy = ready = False
+    try:
+        report(service.name, f"started (pid {child.pid})")
+        while child.poll() is None:
+            passed, detail = _probe(settings, service)
+            if passed and not ready:
+                service.on_ready(settings)
+                ready = True
+            if passed != healthy:
+                report(service.name, f"healthy ({detail})" if passed else f"unhealthy: {detail}")
+            healthy = passed
+            if healthy:
+                health.write_text(detail + "\n")
+            else:
+                health.unlink(missing_ok=True)
+            try:
+                child.wait(timeout=SERVE_PROBE_S[healthy])
+            except subprocess.TimeoutExpired:
+                pass  # still running: probe again
+    except _Stopping:
+        health.unlink(missing_ok=True)
+        report(service.name, "stopping")
+        child.wait()
+    finally:
+        health.unlink(missing_ok=True)
+        if child.poll() is None:
+            child.terminate()
+            child.wait()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    code = child.returncode
+    if code < 0:  # ended by a signal: exit as a shell reports it (143 for SIGTERM)
+        report(service.name, f"stopped by {signal.Signals(-code).name}")
+        return 128 - code
+    report(service.name, f"exited ({code})")
+    return code

@@ -1,4 +1,5 @@
-"""`tide up` and `tide down`: the whole pipeline with a progress display, then how to use it."""
+"""`tide up` and `tide down`: the whole pipeline with a progress display, then how to use it; `tide serve`:
+one of its processes in the foreground, as a container runs it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rich.table import Column
 from migrations import capture
 from services.console import console, errors, load_settings, reporter, user_errors
 from services.settings import StackSettings
+from services.stack import runner
 from services.stack.runner import Report
 from services.up import lifecycle, usage
 
@@ -106,3 +108,18 @@ def down_command() -> None:
     with user_errors():
         stopped = lifecycle.down(settings, reporter())
     console.print("everything stopped" if stopped else "nothing was running")
+
+
+ServiceName = Annotated[str, typer.Argument(help=", ".join(service.name for service in lifecycle.PROCESSES))]
+
+
+def serve_command(service: ServiceName) -> None:
+    """Run one of the processes `tide up` starts in the foreground until it stops: a container's command.
+
+    The same preparation, command and health probe as `tide up`; the probe keeps running, and the
+    container's health check reads its last pass (docs/docker.md). Exits with the process's code."""
+    settings = load_settings()
+    with user_errors():
+        chosen = lifecycle.process_named(service)
+        code = runner.serve(settings, chosen, reporter())
+    raise typer.Exit(code)

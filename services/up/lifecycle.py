@@ -31,6 +31,15 @@ from services.stack.service import Service, StackError
 # Every process `up` may start, in start order (`down` stops them last first).
 PROCESSES: list[Service] = [*CATALOGUE.values(), driver.SERVICE, server.SERVICE]
 
+
+def process_named(name: str) -> Service:
+    """One of PROCESSES by name; a StackError naming the choices otherwise."""
+    for service in PROCESSES:
+        if service.name == name:
+            return service
+    raise StackError(f"unknown service {name}; choose one of {', '.join(service.name for service in PROCESSES)}")
+
+
 # The demo data set is fixed: the same seed gives the same rows on every machine.
 DEMO_SEED = 20260101
 
