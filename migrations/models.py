@@ -19,6 +19,7 @@ from sqlalchemy import (
     Enum,
     ForeignKey,
     Identity,
+    Index,
     Integer,
     MetaData,
     Numeric,
@@ -39,6 +40,7 @@ class Base(DeclarativeBase):
             "pk": "%(table_name)s_pkey",
             "fk": "%(table_name)s_%(column_0_name)s_fkey",
             "uq": "%(table_name)s_%(column_0_name)s_key",
+            "ix": "%(table_name)s_%(column_0_N_name)s_idx",
         }
     )
 
@@ -82,6 +84,9 @@ class Product(Base):
 
 class Order(Base):
     __tablename__ = "orders"
+    # Migration 0004: the foreign key's column (deletes of customers check it) and the order desk's
+    # (status, id).
+    __table_args__ = (Index(None, "customer_id"), Index(None, "status", "id"))
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     customer_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("customers.id"))
@@ -99,7 +104,7 @@ class OrderItem(Base):
     # Composite key: Debezium's message key (and every sink's document key) is (order_id, line_no).
     order_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("orders.id"), primary_key=True)
     line_no: Mapped[int] = mapped_column(Integer, primary_key=True)
-    product_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("products.id"))
+    product_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("products.id"), index=True)  # 0004
     quantity: Mapped[int | None] = mapped_column(Integer)
     unit_price: Mapped[Decimal | None] = mapped_column(Money)
 

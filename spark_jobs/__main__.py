@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import logging
 
-from spark_jobs.config import PipelineConfigError, load
-from spark_jobs.pipeline import supervise
+from spark_jobs.catalogue import CatalogueError
+from spark_jobs.config import PipelineConfigError, check_schema, load
+from spark_jobs.pipeline import live_catalogue, supervise
 from spark_jobs.session import build_session
 from spark_jobs.settings import JobSettings
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("elastic_transport").setLevel(logging.WARNING)  # a line per request: the driver's own log is per batch
     settings = JobSettings()
     try:
         pipeline = load(settings.pipeline_file)
-    except PipelineConfigError as exc:
+        # The views' columns against the source's catalogue, before any query starts.
+        check_schema(pipeline, live_catalogue(settings, pipeline).current(), settings.pipeline_file)
+    except (PipelineConfigError, CatalogueError, ValueError) as exc:
         raise SystemExit(str(exc)) from None  # one line, the last of the log `tide jobs start` quotes
     spark = build_session("tideline-apply", settings.jars_dir, master=settings.master, driver_memory=settings.driver_memory)
     supervise(spark, settings, pipeline)

@@ -12,25 +12,23 @@ meaning, which the sink maintains and `tide verify` recomputes in SQL:
     HAVING any measure <> 0                    -- a group whose figures are all zero has no key
 
 Conditions (`where`) compare a column with a list of values (`in` / `not_in`); a NULL
-never matches (SQL's three-valued logic). A sum ignores NULLs. Columns are checked at
-start-up against the demo schema (`migrations/models.py`, kept equal to the migrations
-by their drift test), not a live database: the Spark jobs run with only TIDE_JOB_*
-settings and no PostgreSQL credentials, and a typo should fail before any data moves.
+never matches (SQL's three-valued logic). A sum ignores NULLs. Columns are checked against
+PostgreSQL's catalogue (spark_jobs/catalogue.py) by `tide jobs start` and again by the jobs when
+their queries start, so a typo fails before any data moves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from spark_jobs.catalogue import Catalogue, Column, TableSchema
+
 Identifier = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
 Scalar = str | int | bool
-# decimal: numeric(p,s); number: any other numeric type (float, unconstrained numeric); time: date/timestamp.
-ColumnKind = Literal["integer", "decimal", "number", "enum", "time", "other"]
 
 
 class _Strict(BaseModel):
@@ -86,56 +84,13 @@ class AggregateView(_Strict):
     measures: Annotated[dict[Identifier, Measure], Field(min_length=1)]
 
 
-# ---- the schema the names are checked against --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ColumnInfo:
-    kind: ColumnKind
-    scale: int = 0  # digits after the point, for decimal columns
-    values: tuple[str, ...] = ()  # an enum's labels
-
-
-@dataclass(frozen=True)
-class TableInfo:
-    columns: dict[str, ColumnInfo]
-    primary_key: tuple[str, ...]
-
-
-Catalogue = dict[str, TableInfo]
+# ---- the schema the names are checked against: spark_jobs/catalogue.py --------------------------------
 
 
 def missing_column(field: str, table: str, column: str, columns: Iterable[str]) -> str:
     """The one-line error for a column the schema does not have, naming the ones it has."""
     known = ", ".join(sorted(columns)) or "none: does the table exist?"
     return f"{field}: {table} has no column {column} (columns: {known}); fix pipeline.yaml"
-
-
-@cache
-def demo_catalogue() -> Catalogue:
-    """The demo schema's tables and columns (migrations/models.py), imported only when needed."""
-    import sqlalchemy as sa
-
-    from migrations.models import Base
-
-    def info(column: sa.Column) -> ColumnInfo:
-        kind = column.type
-        if isinstance(kind, sa.Integer):
-            return ColumnInfo("integer")
-        if isinstance(kind, sa.Numeric) and not isinstance(kind, sa.Float) and kind.scale is not None:
-            return ColumnInfo("decimal", kind.scale)
-        if isinstance(kind, sa.Numeric):
-            return ColumnInfo("number")
-        if isinstance(kind, sa.Enum):
-            return ColumnInfo("enum", values=tuple(kind.enums))
-        if isinstance(kind, (sa.Date, sa.DateTime)):
-            return ColumnInfo("time")
-        return ColumnInfo("other")
-
-    return {
-        name: TableInfo({c.name: info(c) for c in table.columns}, tuple(c.name for c in table.primary_key.columns))
-        for name, table in Base.metadata.tables.items()
-    }
 
 
 # ---- the checked, resolved form the sink and verify use -----------------------------------------------
@@ -192,20 +147,20 @@ def plan(name: str, view: AggregateView, cached_tables: set[str], catalogue: Cat
     def fail(field: str, problem: str) -> AggregateConfigError:
         return AggregateConfigError(f"{where}.{field}: {problem}")
 
-    def table_info(field: str, table: str) -> TableInfo:
+    def table_info(field: str, table: str) -> TableSchema:
         if table not in catalogue:
             raise fail(field, f"unknown table {table} (tables: {', '.join(sorted(catalogue))})")
         if table not in cached_tables:
             raise fail(field, f"table {table} has no cache view: add `cache: {{}}` to tables.{table}")
         return catalogue[table]
 
-    def column(field: str, info: TableInfo, table: str, name: str) -> ColumnInfo:
+    def column(field: str, info: TableSchema, table: str, name: str) -> Column:
         if name not in info.columns:
             raise AggregateConfigError(missing_column(f"{where}.{field}", table, name, info.columns))
         return info.columns[name]
 
     row = table_info("table", view.table)
-    joined: TableInfo | None = None
+    joined: TableSchema | None = None
     join_key = None
     if view.join is not None:
         if view.join.table == view.table:
@@ -216,7 +171,7 @@ def plan(name: str, view: AggregateView, cached_tables: set[str], catalogue: Cat
             raise fail("join.table", f"{view.join.table} needs a one-column primary key to be joined on")
         join_key = joined.primary_key[0]
 
-    def resolve(field: str, name: str) -> tuple[Literal["row", "join"], ColumnInfo, str]:
+    def resolve(field: str, name: str) -> tuple[Literal["row", "join"], Column, str]:
         """`column` of the aggregate's table or `<join table>.column`."""
         table, _, bare = name.rpartition(".")
         if not table:
@@ -247,7 +202,7 @@ def plan(name: str, view: AggregateView, cached_tables: set[str], catalogue: Cat
         side, info, bare = resolve(f"measures.{field}.sum", measure.sum)
         if info.kind not in ("integer", "decimal"):
             raise fail(f"measures.{field}.sum", f"{measure.sum} is not an integer or numeric(p,s) column")
-        measures.append(MeasurePlan(field, shared + own, side, bare, info.scale))
+        measures.append(MeasurePlan(field, shared + own, side, bare, info.scale or 0))
 
     placeholder = "{" + view.group_by + "}"
     if view.type == "hash":
@@ -272,10 +227,10 @@ def plan(name: str, view: AggregateView, cached_tables: set[str], catalogue: Cat
 
 
 def plans(
-    aggregates: dict[str, AggregateView], cached_tables: set[str], catalogue: Catalogue | None = None
+    aggregates: dict[str, AggregateView], cached_tables: set[str], catalogue: Catalogue
 ) -> list[AggregatePlan]:
-    """Every declaration checked and resolved, in file order; raises AggregateConfigError on the first problem."""
-    catalogue = catalogue if catalogue is not None else demo_catalogue()
+    """Every declaration checked against the source's catalogue and resolved, in file order; raises
+    AggregateConfigError on the first problem."""
     resolved = [plan(name, view, cached_tables, catalogue) for name, view in aggregates.items()]
     keys = [(p.key_head, p.key_tail) for p in resolved]
     for index, (p, key) in enumerate(zip(resolved, keys)):

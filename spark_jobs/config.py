@@ -13,11 +13,13 @@ from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
-from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, AggregateView, Catalogue, missing_column, plans
+from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, AggregateView, missing_column, plans
+from spark_jobs.catalogue import Catalogue
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "pipeline.yaml"
+# The view section of a table each sink's query applies (analytics: spark_jobs.config.analytics_tables).
+_VIEW_OF_SINK = {"search": "search", "cache": "cache", "warehouse": "warehouse"}
 
 Identifier = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
 
@@ -287,17 +289,16 @@ class PipelineConfig(_Strict):
         derived = {*self.history_tables(), *self.windowed_tables()}
         return [t for t in self.tables if t in derived]
 
-    @model_validator(mode="after")
-    def _aggregates_match_the_schema(self) -> PipelineConfig:
-        try:
-            self.aggregate_plans()
-        except AggregateConfigError as exc:
-            raise PydanticCustomError("aggregate", str(exc)) from exc  # the message alone, on one line
-        return self
-
-    def aggregate_plans(self, catalogue: Catalogue | None = None) -> list[AggregatePlan]:
+    def aggregate_plans(self, catalogue: Catalogue) -> list[AggregatePlan]:
         cached = {table for table, views in self.tables.items() if views.cache is not None}
         return plans(self.cache_aggregates, cached, catalogue)
+
+    def sink_tables(self, sink: str) -> list[str]:
+        """The tables a sink's query reads: those with its view; for analytics, those its derived
+        tables are built from."""
+        if sink == "analytics":
+            return self.analytics_tables()
+        return [table for table, views in self.tables.items() if getattr(views, _VIEW_OF_SINK[sink]) is not None]
 
     def qualified_tables(self) -> list[str]:
         return [f"{self.source.schema_name}.{table}" for table in self.tables]
@@ -331,17 +332,15 @@ def load(path: Path = DEFAULT_PATH) -> PipelineConfig:
     except ValidationError as exc:
         problems = "; ".join(_describe(error) for error in exc.errors())
         raise PipelineConfigError(f"{path}: {problems}") from exc
-    if pipeline.nested and (errors := nested_column_errors(pipeline, schema_columns())):
-        raise PipelineConfigError(f"{path}: {'; '.join(errors)}")
     return pipeline
 
 
-def schema_columns() -> dict[str, set[str]]:
-    """Each table's columns from the schema's models (migrations/models.py, kept equal to the migrations
-    by tests/integration/test_migrations.py): checked without a database, by every entry point."""
-    from migrations.models import Base  # imported here: only the driver validates, executors never do
-
-    return {name: {column.name for column in table.columns} for name, table in Base.metadata.tables.items()}
+def check_schema(pipeline: PipelineConfig, catalogue: Catalogue, path: Path = DEFAULT_PATH) -> None:
+    """Raise PipelineConfigError (one line naming the file) if the columns the nested views, cache
+    aggregates and windows name are not in the source's catalogue, or have unusable types."""
+    problems = pipeline.schema_problems(catalogue)
+    if problems:
+        raise PipelineConfigError(f"{path}: {'; '.join(problems)}")
 
 
 def history_table(table: str) -> str:

@@ -1,7 +1,13 @@
 """The dead-letter topic: records that could not be decoded or applied, with the reason. Nothing is dropped.
 
-Delivery is at least once (a retried Spark task may send a dead letter twice);
-each carries its origin (topic, partition, offset), so duplicates are recognisable.
+A letter is one JSON object: stage (`decode:<sink>` or `apply:<sink>`), reason, the record's origin
+(topic, partition, offset), its value (text, `base64:...` for bytes that are not UTF-8, left out
+above MAX_VALUE_BYTES with `value_bytes` and `value_omitted` instead) and `dead_at_ms`. The apply jobs
+build letters with Spark SQL and write them with Spark's Kafka sink (`write`), as the last action of a
+micro-batch; `DeadLetter` is the same letter built in Python, for tools and tests.
+
+Delivery is at least once (a retried batch may write a letter twice); the origin makes duplicates
+recognisable, and `tide status` counts distinct origins.
 """
 
 from __future__ import annotations
@@ -9,15 +15,16 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kafka import KafkaProducer
-
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 # A dead letter must fit Kafka's default 1 MB request; a larger record's value stays out of it
 # (its origin topic, partition and offset still find it in the change topic).
 MAX_VALUE_BYTES = 512 * 1024
+_OMITTED = "too large for the dead-letter topic; read it from its origin topic, partition and offset"
 
 
 @dataclass(frozen=True)
@@ -40,8 +47,7 @@ class DeadLetter:
                 "partition": self.partition,
                 "offset": self.offset,
                 "value": _text(self.value) if fits else None,
-                **({} if fits else {"value_bytes": len(self.value), "value_omitted": "too large for the dead-letter "
-                                    "topic; read it from its origin topic, partition and offset"}),
+                **({} if fits else {"value_bytes": len(self.value), "value_omitted": _OMITTED}),
                 "dead_at_ms": int(time.time() * 1000),
             }
         ).encode()
@@ -56,18 +62,25 @@ def _text(data: bytes | None) -> str | None:
         return "base64:" + base64.b64encode(data).decode()
 
 
-def send(bootstrap: str, topic: str, letters: Iterable[DeadLetter]) -> int:
-    """Produce dead letters and wait for the broker's acknowledgement; returns how many were sent."""
-    producer: KafkaProducer | None = None
-    count = 0
-    try:
-        for letter in letters:
-            producer = producer or KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-            producer.send(topic, key=letter.key, value=letter.encode())
-            count += 1
-        if producer is not None:
-            producer.flush()
-    finally:
-        if producer is not None:
-            producer.close()
-    return count
+def letters(rejected: DataFrame, stage: str) -> DataFrame:
+    """`CHANGE` rows with `error` set → (key, value) rows of the dead-letter topic, as `DeadLetter.encode`."""
+    from pyspark.sql import functions as F
+
+    raw = F.col("letter_value")
+    fits = raw.isNull() | (F.octet_length(raw) <= MAX_VALUE_BYTES)
+    text = F.when(F.is_valid_utf8(raw), raw.cast("string")).otherwise(F.concat(F.lit("base64:"), F.base64(raw)))
+    origin = F.col("origin")
+    letter = F.struct(
+        F.lit(stage).alias("stage"), F.col("error").alias("reason"), origin["topic"].alias("topic"),
+        origin["partition"].alias("partition"), origin["offset"].alias("offset"),
+        F.when(fits, text).alias("value"),
+        F.when(~fits, F.octet_length(raw)).alias("value_bytes"), F.when(~fits, F.lit(_OMITTED)).alias("value_omitted"),
+        F.unix_millis(F.current_timestamp()).alias("dead_at_ms"),
+    )
+    return rejected.select(F.lit(None).cast("binary").alias("key"), F.to_json(letter).cast("binary").alias("value"))
+
+
+def write(frame: DataFrame, bootstrap: str, topic: str) -> None:
+    """Produce the letters with Spark's Kafka sink (acks=all): an action, run on the executors."""
+    (frame.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+     .option("kafka.acks", "all").option("kafka.linger.ms", "5").save())

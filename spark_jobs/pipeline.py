@@ -1,11 +1,16 @@
 """The apply pipeline, wired in one place: Kafka change topics → decode → newest per row → one sink.
 
-One streaming query per sink, each with its own checkpoint and therefore its
-own consumer position (fan-out): a slow or failing sink never holds back the
-others. `supervise` restarts a failed query with back-off while the rest run.
+One streaming query per sink, each with its own checkpoint and therefore its own consumer position
+(fan-out): a slow or failing sink never holds back the others. `supervise` restarts a failed query
+with back-off while the rest run.
 
-Exactly-once effect = at-least-once delivery (checkpointed offsets, a failed
-micro-batch is replayed) + idempotent, version-guarded sink writes.
+A micro-batch of the search or cache query is one Spark job: read the topics, decode them
+(spark_jobs/changes/stream.py), group by row for the newest change (spark_jobs/newest.py), ship the
+sink's bytes from the executors, and write the dead letters, which is the action that runs it all.
+The warehouse's MERGEs are Spark jobs of their own (docs/apply.md counts them per query).
+
+Exactly-once effect = at-least-once delivery (checkpointed offsets, a failed micro-batch is replayed)
++ idempotent, version-guarded sink writes.
 """
 
 from __future__ import annotations
@@ -14,32 +19,27 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pyspark import inheritable_thread_target
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs import control, dead_letters
-from spark_jobs.changes import Change, DecodeError, decode
+from spark_jobs.catalogue import LiveCatalogue
+from spark_jobs.changes.stream import decode_stream
 from spark_jobs.config import PipelineConfig
-from spark_jobs.dead_letters import DeadLetter
-from spark_jobs.merge import newest_per_row
+from spark_jobs.newest import newest_per_row
 from spark_jobs.settings import JobSettings, SinkName
-from spark_jobs.sinks.base import BatchSink, PartitionSink, Rejected
+from spark_jobs.sinks.base import Batch, Capability, Sink
 
 log = logging.getLogger("tideline.pipeline")
 
-VIEW_OF_SINK = {"search": "search", "cache": "cache", "warehouse": "warehouse"}
 
-
-def make_sink(name: SinkName, settings: JobSettings, pipeline: PipelineConfig) -> PartitionSink | BatchSink:
-    """The sink module for a sink name (imported here so a job loads only the clients it uses)."""
+def make_sink(name: SinkName, settings: JobSettings, pipeline: PipelineConfig) -> Sink:
+    """The sink for a sink name (imported here so a job loads only the clients it uses)."""
     if name == "search":
         from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 
@@ -49,18 +49,17 @@ def make_sink(name: SinkName, settings: JobSettings, pipeline: PipelineConfig) -
 
         return RedisSink(settings.redis_url, pipeline)
     if name == "analytics":
-        from spark_jobs.sinks.delta_analytics import AnalyticsSink
+        from spark_jobs.sinks.delta import AnalyticsSink
 
         return AnalyticsSink(str(settings.warehouse_dir), pipeline)
-    from spark_jobs.sinks.delta import DeltaSink
+    from spark_jobs.sinks.delta import WarehouseSink
 
-    return DeltaSink(str(settings.warehouse_dir), pipeline)
+    return WarehouseSink(str(settings.warehouse_dir), pipeline)
 
 
-def tables_with_view(pipeline: PipelineConfig, sink: SinkName) -> list[str]:
-    if sink == "analytics":
-        return pipeline.analytics_tables()
-    return [table for table, views in pipeline.tables.items() if getattr(views, VIEW_OF_SINK[sink]) is not None]
+def live_catalogue(settings: JobSettings, pipeline: PipelineConfig) -> LiveCatalogue:
+    return LiveCatalogue(settings.require_postgres_conninfo(), pipeline.source.schema_name, list(pipeline.tables),
+                         settings.checkpoint_dir / "catalogue.json")
 
 
 def source(spark: SparkSession, settings: JobSettings, topics: list[str]) -> DataFrame:
@@ -77,142 +76,101 @@ def source(spark: SparkSession, settings: JobSettings, topics: list[str]) -> Dat
         # of a 3 s batch. The offsets Spark asks for always exist, so a short wait costs nothing.
         .option("kafka.fetch.max.wait.ms", "10")
         .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        # Debezium's primary-key change headers (the moved row's old key).
+        .option("includeHeaders", "true")
         .load()
-        .select("topic", "partition", "offset", "key", "value")
+        .select("topic", "partition", "offset", "key", "value", "headers")
     )
 
 
-def decode_partition(
-    rows: Iterator[Any], sink: str, bootstrap: str, dlq_topic: str, tables: frozenset[str]
-) -> Iterator[Change]:
-    """Decode one partition of raw records; undecodable ones go to the dead-letter topic at once,
-    as `decode:<sink>` (each sink's query reads the topics on its own, so each reports its own)."""
-    dead: list[DeadLetter] = []
-    for row in rows:
-        key, value = _bytes(row.key), _bytes(row.value)
-        try:
-            change = decode(row.topic, key, value, row.partition, row.offset)
-            if change is not None and change.table not in tables:
-                raise DecodeError(f"table {change.table} is not configured in pipeline.yaml for this sink")
-        except DecodeError as exc:
-            dead.append(DeadLetter(f"decode:{sink}", str(exc), row.topic, row.partition, row.offset, key, value))
-            continue
-        if change is not None:  # tombstones only serve compaction; the delete marker before them carries the delete
-            yield change
-    dead_letters.send(bootstrap, dlq_topic, dead)
-
-
-def _bytes(value: Any) -> bytes | None:
-    return bytes(value) if value is not None else None
-
-
-def rejected_letters(sink: str, rejected: list[Rejected]) -> list[DeadLetter]:
-    return [
-        DeadLetter(f"apply:{sink}", item.reason, *(item.change.origin or ("?", -1, -1)), None, None)
-        for item in rejected
-    ]
-
-
 class BatchWriter:
-    """The foreachBatch function of one sink's query (picklable: settings and the sink only)."""
+    """The foreachBatch function of one sink's query; runs on the driver."""
 
-    def __init__(
-        self, sink_name: SinkName, settings: JobSettings, pipeline: PipelineConfig, sink: Any = None
-    ) -> None:
-        self.sink_name = sink_name
+    def __init__(self, sink: Sink, settings: JobSettings, catalogue: LiveCatalogue) -> None:
+        self.sink = sink
         self.settings = settings
-        self.sink = sink if sink is not None else make_sink(sink_name, settings, pipeline)
-        self.tables = frozenset(tables_with_view(pipeline, sink_name))
+        self.catalogue = catalogue
+        self.tables = sink.tables()
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
         self._wait_for_sink(batch_id)
-        sink, bootstrap, dlq_topic, tables = self.sink_name, self.settings.kafka_bootstrap, self.settings.dlq_topic, self.tables
-        # No shuffle: Debezium keys records by primary key, so every change to a row is in one
-        # Kafka partition, hence in one Spark partition; the newest per row is found locally.
-        # Fewer, larger tasks: one per Kafka partition (12 for the demo) costs a Python task launch
-        # each, per stage; coalescing (no shuffle) keeps every partition's records together.
-        records = batch.rdd.coalesce(batch.sparkSession.sparkContext.defaultParallelism)
-        changes = records.mapPartitions(lambda rows: decode_partition(rows, sink, bootstrap, dlq_topic, tables))
-        # A sink that keeps history needs every change, not only the newest per row: decode once.
-        history = getattr(self.sink, "write_history", None)
-        changes = changes.persist() if history else changes
-        newest = changes.mapPartitions(newest_per_row).persist()
+        context = records.sparkSession.sparkContext
+        group = f"tideline-{self.sink.name}-{batch_id}"
+        context.setJobGroup(group, f"{self.sink.name} batch {batch_id}")  # to count the batch's jobs below
         try:
-            # Truncates first, from the driver (a handful per batch): a row change applied
-            # concurrently in another partition must already see the raised watermark.
-            truncates = newest.filter(lambda change: change.op == "t").collect()
-            rows = newest.filter(lambda change: change.op != "t")
-            if not history:
-                self._apply(batch.sparkSession, truncates, rows, batch_id)
-                return
-            # History is written beside the batch's other tables (the analytics query's windows),
-            # not after them: its tables are its own, and much of a small batch's time is on the
-            # driver (Delta logs, commits), which overlaps.
-            # `changes` is cached by now (the collect above), so the two never decode a record twice.
-            with ThreadPoolExecutor(max_workers=1) as beside:
-                pending = beside.submit(inheritable_thread_target(history), batch.sparkSession, changes, batch_id)
-                self._apply(batch.sparkSession, truncates, rows, batch_id)
-                rejected = pending.result()
-            dead_letters.send(bootstrap, dlq_topic, rejected_letters(sink, rejected))
+            self._apply(records, batch_id)
         finally:
-            newest.unpersist()
-            changes.unpersist()
+            context.setLocalProperty("spark.jobGroup.id", None)
+        jobs = context.statusTracker().getJobIdsForGroup(group)
+        stages = sum(len(info.stageIds) for job in jobs if (info := context.statusTracker().getJobInfo(job)))
+        log.info("%s batch %s ran %d Spark jobs, %d stages (skipped ones included)", self.sink.name, batch_id,
+                 len(jobs), stages)
+
+    def _apply(self, records: DataFrame, batch_id: int) -> None:
+        single_pass = self.sink.can(Capability.SINGLE_PASS)
+        catalogue = self.catalogue.current()
+        changes = decode_stream(records, self.tables, catalogue)
+        if not single_pass and self.sink.can(Capability.EVERY_CHANGE):
+            changes = changes.persist()
+        newest = newest_per_row(changes)
+        if not single_pass:
+            newest = newest.persist()
+        try:
+            good = F.col("error").isNull()
+            batch = Batch(batch_id, records.sparkSession, newest.where(good), changes.where(good), catalogue)
+            rejected = self.sink.write(batch)
+            letters = dead_letters.letters(newest.where(~good), f"decode:{self.sink.name}")
+            if rejected is not None:
+                letters = letters.unionByName(dead_letters.letters(rejected, f"apply:{self.sink.name}"))
+            dead_letters.write(letters, self.settings.kafka_bootstrap, self.settings.dlq_topic)
+        finally:
+            if not single_pass:
+                newest.unpersist()
+                changes.unpersist()
 
     def _wait_for_sink(self, batch_id: int, max_backoff_s: float = 30.0) -> None:
         """Hold this query (only this one) until its store answers. Launching tasks against a store
         that is down would fail the job, and aborted tasks can take down Python workers and py4j
         calls that other queries share: measured with Elasticsearch stopped, it stopped Redis too."""
-        available = getattr(self.sink, "available", None)
+        if not self.sink.can(Capability.WAITS_FOR_STORE):
+            return
         delay = 1.0
-        while available is not None and not available():
-            log.warning("%s store unavailable; batch %s waits %.0fs", self.sink_name, batch_id, delay)
+        while not self.sink.available():
+            log.warning("%s store unavailable; batch %s waits %.0fs", self.sink.name, batch_id, delay)
             time.sleep(delay)  # back-off while the store is down
             delay = min(delay * 2, max_backoff_s)
-
-    def _apply(self, spark: SparkSession, truncates: list[Change], rows: Any, batch_id: int) -> None:
-        sink, sink_name, bootstrap, dlq = self.sink, self.sink_name, self.settings.kafka_bootstrap, self.settings.dlq_topic
-        if hasattr(sink, "write_batch"):
-            rejected = sink.write_batch(spark, spark.sparkContext.parallelize(truncates, 1), batch_id) if truncates else []
-            rejected += sink.write_batch(spark, rows, batch_id)
-            dead_letters.send(bootstrap, dlq, rejected_letters(sink_name, rejected))
-            return
-        if truncates:
-            dead_letters.send(bootstrap, dlq, rejected_letters(sink_name, sink.write(truncates)))
-        rows.foreachPartition(
-            lambda part: dead_letters.send(bootstrap, dlq, rejected_letters(sink_name, sink.write(list(part))))
-        )
-        if hasattr(sink, "finish_batch"):  # derived documents, after every partition's writes (e.g. nested views)
-            sink.finish_batch(truncates, rows)
 
 
 def build_query(
     spark: SparkSession,
     settings: JobSettings,
     pipeline: PipelineConfig,
-    sink: SinkName,
+    sink_name: SinkName,
     *,
-    instance: Any = None,
+    sink: Sink | None = None,
     checkpoint: Path | None = None,
     available_now: bool = False,
 ) -> StreamingQuery:
     """One sink's streaming query: its own checkpoint folder, its own consumer position.
 
-    `instance`, `checkpoint` and `available_now` serve rebuilds: a differently targeted sink,
-    a fresh checkpoint (so reading starts at offset zero), and a run that stops once caught up.
+    `sink`, `checkpoint` and `available_now` serve rebuilds: a differently targeted sink, a fresh
+    checkpoint (so reading starts at offset zero), and a run that stops once caught up.
     """
-    writer = BatchWriter(sink, settings, pipeline, instance)
-    writer.sink.setup(pipeline)
-    spark.sparkContext.setLocalProperty("spark.scheduler.pool", sink)  # the query's jobs run in its own pool
+    sink = sink or make_sink(sink_name, settings, pipeline)
+    catalogue = live_catalogue(settings, pipeline)
+    sink.setup(spark, catalogue.current())
+    writer = BatchWriter(sink, settings, catalogue)
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", sink_name)  # the query's jobs run in its own pool
     topics = [pipeline.topic(table) for table in writer.tables]
     stream = (
         source(spark, settings, topics)
-        .writeStream.queryName(f"tideline-{sink}" + ("-rebuild" if checkpoint else ""))
+        .writeStream.queryName(f"tideline-{sink_name}" + ("-rebuild" if checkpoint else ""))
         .foreachBatch(writer)
-        .option("checkpointLocation", str(checkpoint or settings.checkpoint_dir / sink))
+        .option("checkpointLocation", str(checkpoint or settings.checkpoint_dir / sink_name))
     )
     # Delta's queries run fewer, larger batches (a fixed cost per commit); the others the short interval.
     delta_intervals = {"warehouse": settings.warehouse_trigger_interval, "analytics": settings.analytics_trigger_interval}
-    interval = delta_intervals.get(sink, settings.trigger_interval)
+    interval = delta_intervals.get(sink_name, settings.trigger_interval)
     trigger = {"availableNow": True} if available_now else {"processingTime": interval}
     return stream.trigger(**trigger).start()
 
@@ -244,7 +202,7 @@ def _log_progress(sink: str, state: _Supervised) -> None:
 def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, max_backoff_s: float = 30.0) -> None:
     """Run every configured sink's query; restart one that fails (e.g. its store is down) with
     exponential back-off while the others keep running. Returns only if the session stops."""
-    supervised = {sink: _Supervised() for sink in settings.sinks if tables_with_view(pipeline, sink)}
+    supervised = {sink: _Supervised() for sink in settings.sinks if pipeline.sink_tables(sink)}
     while True:
         now = time.monotonic()
         paused = control.read_paused(settings.paused_file)

@@ -9,34 +9,14 @@ before it and is never current. The warehouse sink computes the same intervals i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
-from spark_jobs.changes import Change
-from spark_jobs.merge import Version, group_key, newer
+
+Version = tuple[int, int]
 
 # Operations that end a row: a delete, or a truncate of its table. Such a version is never current.
 ENDS = ("d", "t")
-
-
-def row_versions(changes: Iterable[Change]) -> list[Change]:
-    """Each row's distinct versions (a re-delivered change counts once), oldest first, with
-    unchanged-TOAST columns filled from the row's previous version where the batch has it.
-    Truncates pass through unchanged."""
-    rows: dict[tuple[str, str], dict[Version, Change]] = {}
-    for change in changes:
-        rows.setdefault(group_key(change), {})[change.sequence] = change
-    versions: list[Change] = []
-    for by_version in rows.values():
-        previous: Change | None = None
-        for sequence in sorted(by_version):
-            current = by_version[sequence]
-            # `newer` fills the newer change's unavailable columns from the older one.
-            if previous is not None and current.op != "t" and previous.op not in ENDS:
-                current = newer(previous, current)
-            versions.append(current)
-            previous = current
-    return versions
 
 
 def intervals(versions: Sequence[tuple[Version, datetime | None, str]]) -> list[tuple[datetime | None, bool]]:

@@ -41,6 +41,9 @@ def build_session(
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.driver.memory", driver_memory)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        # Without adaptive execution a micro-batch is one Spark job (each shuffle is a stage of it, not a
+        # job of its own): measured 1 job instead of 3 for the cache, 2 instead of 8 for search (docs/apply.md).
+        .config("spark.sql.adaptive.enabled", "false")
         .config("spark.default.parallelism", str(shuffle_partitions))
         # Delta reads its log with 50 tasks by default: pure overhead on small local tables.
         .config("spark.databricks.delta.snapshotPartitions", "2")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from spark_jobs.config import DEFAULT_PATH
@@ -38,6 +38,9 @@ class JobSettings(BaseSettings):
     paused_file: Path = Path(".tideline/jobs/paused.json")
     # Records that cannot be decoded or applied go here with the reason.
     dlq_topic: str = "tideline.dlq"
+    # A read-only PostgreSQL connection (libpq conninfo) for the column catalogue: change records carry
+    # no schema, so column types come from the source's catalogue (spark_jobs/catalogue.py).
+    postgres_conninfo: SecretStr | None = None
 
     sinks: list[SinkName] = list(SINKS)
     # Back-pressure: how often a micro-batch starts and how many records it may take.
@@ -57,3 +60,9 @@ class JobSettings(BaseSettings):
     master: str | None = "local[4]"
     driver_memory: str = "1g"
     es_bulk_size: int = Field(default=1000, ge=1)
+
+    def require_postgres_conninfo(self) -> str:
+        if self.postgres_conninfo is None:
+            raise ValueError("TIDE_JOB_POSTGRES_CONNINFO is not set: the jobs read column types from PostgreSQL's "
+                             "catalogue; `tide jobs start` sets it from the stack's settings (the CDC role)")
+        return self.postgres_conninfo.get_secret_value()

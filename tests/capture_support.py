@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 from services.chaos.observe import Delivered, read_to_end
 from services.settings import StackSettings
+from services.verify.reconcile import TableShape
 from spark_jobs.changes import Change, decode, decode_key
 from spark_jobs.config import PipelineConfig
 
@@ -23,6 +25,16 @@ def read_topic(settings: StackSettings, topic: str, timeout: float = 30.0) -> li
 
 def changes(settings: StackSettings, topic: str) -> list[tuple[Record, Change | None]]:
     return [(record, decode(topic, record.key, record.value)) for record in read_topic(settings, topic)]
+
+
+def as_values(shape: TableShape, row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A decoded schemaless row as values verify's canonicaliser compares with PostgreSQL's: its json and
+    jsonb columns arrive as their JSON text, every other value as JSON gives it."""
+    if row is None:
+        return None
+    json_columns = {column.name for column in shape.columns if column.type in ("json", "jsonb") and not column.array}
+    return {name: json.loads(value) if name in json_columns and isinstance(value, str) else value
+            for name, value in row.items()}
 
 
 def key_of(record: Record) -> tuple:

@@ -23,7 +23,7 @@ from services.api import validation
 from services.api.validation import BadInput
 from spark_jobs.config import PipelineConfig
 from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.redis import decode_row, row_key
+from spark_jobs.sinks.redis import decode_row, read_types, row_key
 
 MAX_SEARCH_SIZE = 100
 MAX_WAREHOUSE_LIMIT = 1000
@@ -136,13 +136,14 @@ class Cache:
         row_id = validation.cache_id(key)
         try:
             fields = self.client.hgetall(row_key(table, row_id))
+            types = read_types(self.client, table) if fields else {}
         except redis.ResponseError:  # the key holds something that is not a row hash
             fields = {}
         except redis.RedisError as exc:
             raise Unavailable(f"Redis cannot answer: {exc}") from None
         if not fields:
             raise NotFound(f"no row {row_id!r} in the {table} cache")
-        decoded = decode_row(fields)
+        decoded = decode_row(fields, types)  # stored as text, typed again by the table's column types
         return {
             "table": table,
             "key": row_id,

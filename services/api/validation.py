@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from spark_jobs.merge import doc_id
+from spark_jobs.changes.envelope import row_id
 
 FIELD = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")  # a pipeline.yaml identifier (a column name)
 MAX_QUERY_CHARS = 500
@@ -111,7 +111,7 @@ def page_window(page: int, size: int) -> int:
 
 
 def cache_id(key: str) -> str:
-    """A row's id in the cache (`spark_jobs.merge.doc_id`) from what a user typed.
+    """A row's id in the cache (`spark_jobs.changes.envelope.row_id`) from what a user typed.
 
     - `42` or `ada@example.com`: a one-column key, as is;
     - `[7,2]` (any JSON spacing): a composite key, values in primary-key order;
@@ -135,5 +135,5 @@ def cache_id(key: str) -> str:
             raise BadInput("a composite key lists two or more values, e.g. [7,2]")
         if any(isinstance(value, (list, dict)) for value in values):
             raise BadInput("a composite key's values are numbers or strings, not lists or objects")
-        return doc_id({str(position): value for position, value in enumerate(values)})
-    return doc_id({"key": key})
+        return row_id(list(values))
+    return row_id([key])

@@ -26,7 +26,7 @@ from kafka.errors import KafkaError
 from services.connector import topics as change_topics
 from services.settings import StackSettings
 from spark_jobs.changes import Change, DecodeError, decode
-from spark_jobs.merge import doc_id
+from spark_jobs.changes.envelope import row_id
 
 Position = tuple[str, int, int]  # topic, partition, offset
 
@@ -98,7 +98,7 @@ def key_history(records: Iterable[Delivered], doc_ids: set[str], injected: set[P
     divergence report needs to tell a change Debezium never sent from one a sink did not apply."""
     found: dict[str, list[str]] = defaultdict(list)
     for record, change in _changes(records):
-        row = doc_id(change.key) if change.op != "t" else None
+        row = row_id(list(change.key.values())) if change.op != "t" else None
         if row in doc_ids:
             mark = " (sent by the runner)" if record.position in injected else ""
             found[row].append(f"p{record.partition}@{record.offset} {change.op} v{change.sequence} after={change.after}{mark}")

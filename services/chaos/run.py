@@ -29,10 +29,9 @@ from services.connector.connect_api import ConnectApi
 from services.demo import workload
 from services.jobs import driver, lag
 from services.settings import StackSettings
-from services.stack import jars, kafka, postgres, process, runner
+from services.stack import kafka, postgres, process, runner
 from services.verify import Divergence, reconcile_views
 from spark_jobs.config import PipelineConfig, TableConfig, load
-from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
 
 REDIS_DB = 9  # the chaos run's Redis database (flushed at the start of a run)
@@ -213,7 +212,7 @@ def _converge(stack: StackSettings, jobs: StackSettings, pipeline: PipelineConfi
         return bool(row and row[0])
 
     _wait(captured, deadline, f"slot {slot} to confirm every write (connector: {_connector_state(stack, pipeline)})")
-    ends = {sink: lag.end_offsets(stack, [pipeline.topic(t) for t in tables_with_view(pipeline, sink)]) for sink in SINKS}
+    ends = {sink: lag.end_offsets(stack, [pipeline.topic(t) for t in pipeline.sink_tables(sink)]) for sink in SINKS}
 
     def behind() -> dict[str, int]:
         return {sink: lag.records_behind(lag.committed_offsets(jobs.state_dir / "checkpoints" / sink), ends[sink])

@@ -79,6 +79,13 @@ class ConnectApi:
     def restart(self, name: str) -> None:
         self._json("POST", f"/connectors/{name}/restart", ok=(200, 202, 204), params={"includeTasks": "true"})
 
+    def pause(self, name: str) -> None:
+        """Pause the connector's tasks: nothing is read from the slot (it holds the WAL) until resume."""
+        self._json("PUT", f"/connectors/{name}/pause", ok=(200, 202, 204))
+
+    def resume(self, name: str) -> None:
+        self._json("PUT", f"/connectors/{name}/resume", ok=(200, 202, 204))
+
     def stop(self, name: str) -> None:
         """Stop the connector and its tasks but keep it registered (needed before resetting offsets)."""
         self._json("PUT", f"/connectors/{name}/stop", ok=(200, 202, 204))

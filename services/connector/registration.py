@@ -28,8 +28,10 @@ from spark_jobs.config import PipelineConfig
 TEMPLATE = PROJECT_ROOT / "connectors" / "tideline-postgres.json"
 
 
-def render_config(settings: StackSettings, pipeline: PipelineConfig) -> dict[str, str]:
-    """The connector config: the committed template with this stack's values; secrets stay `${env:...}`."""
+def render_config(settings: StackSettings, pipeline: PipelineConfig,
+                  overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """The connector config: the committed template with this stack's values; secrets stay `${env:...}`.
+    `overrides` replace or add keys last (the benchmark's `--connector KEY=VALUE`, to measure a setting)."""
     source = pipeline.source
     values = {
         "DATABASE_HOST": settings.connector_database_host or settings.host_of("postgres"),
@@ -52,7 +54,7 @@ def render_config(settings: StackSettings, pipeline: PipelineConfig) -> dict[str
     ]
     if excluded:
         config["column.exclude.list"] = ",".join(excluded)
-    return {"name": source.connector, **config}
+    return {"name": source.connector, **config, **(overrides or {})}
 
 
 def check_tables(conn: psycopg.Connection, pipeline: PipelineConfig) -> None:
@@ -110,9 +112,10 @@ def check_excluded_columns(conn: psycopg.Connection, schema: str, table: str, ex
         )
 
 
-def apply(settings: StackSettings, pipeline: PipelineConfig, wait_s: float = 60.0) -> dict[str, Any]:
+def apply(settings: StackSettings, pipeline: PipelineConfig, wait_s: float = 60.0,
+          overrides: dict[str, str] | None = None) -> dict[str, Any]:
     """Create or update the connector (idempotent) and wait until it and its task run."""
-    config = render_config(settings, pipeline)
+    config = render_config(settings, pipeline, overrides)
     with ConnectApi(kafka.connect_url(settings)) as api:
         api.ping()
         require_resumable(settings, api, pipeline)

@@ -8,21 +8,34 @@ import time
 from pathlib import Path
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from services.settings import StackSettings
 from services.stack import elasticsearch, jars, postgres
 from services.stack.service import Service, StackError, Unhealthy
-from spark_jobs.aggregates import Catalogue, ColumnInfo, TableInfo
+from spark_jobs import catalogue
+from spark_jobs import config
 from spark_jobs.config import load
 from spark_jobs.settings import JobSettings
 
 STATUS_STALE_S = 30.0
 
 
+def catalogue_conninfo(settings: StackSettings) -> str:
+    """How the jobs read PostgreSQL's catalogue: as the CDC role (it may log in and read the catalogue)."""
+    return make_conninfo(
+        host=settings.host_of("postgres"), port=settings.postgres_port, dbname=settings.postgres_db,
+        user=settings.cdc_user, password=settings.require_cdc_password(), connect_timeout=5,
+        application_name="tideline-apply",
+    )
+
+
 def job_env(settings: StackSettings) -> dict[str, str]:
-    """TIDE_JOB_* for spark_jobs.settings.JobSettings, derived from the stack's settings."""
+    """TIDE_JOB_* for spark_jobs.settings.JobSettings, derived from the stack's settings. The catalogue's
+    connection is left out when the CDC password is not set (readers of the views need none)."""
     state = settings.state_dir
-    return {
+    conninfo = {"TIDE_JOB_POSTGRES_CONNINFO": catalogue_conninfo(settings)} if settings.cdc_password else {}
+    return conninfo | {
         "TIDE_JOB_PIPELINE_FILE": str(settings.pipeline_file),
         "TIDE_JOB_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "TIDE_JOB_ELASTICSEARCH_URL": elasticsearch.url(settings),
@@ -75,57 +88,19 @@ def probe(settings: StackSettings) -> str:
     return "queries " + ", ".join(status["queries"])
 
 
-# Each column of the schema's tables: type, its category and numeric scale, enum labels, and its place
-# in the primary key (NULL when not in it).
-_CATALOGUE = """
-SELECT c.relname, a.attname, t.typname, t.typcategory, t.typtype,
-       CASE WHEN t.typname = 'numeric' AND a.atttypmod >= 4 THEN (a.atttypmod - 4) & 65535 END AS scale,
-       ARRAY(SELECT e.enumlabel FROM pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) AS labels,
-       array_position(i.indkey::int2[], a.attnum) AS key_position
-FROM pg_class c
-JOIN pg_namespace n ON n.oid = c.relnamespace
-JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-JOIN pg_type t ON t.oid = a.atttypid
-LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary
-WHERE n.nspname = %s AND c.relkind IN ('r', 'p')
-ORDER BY c.relname, a.attnum
-"""
-
-
-def _column_info(typname: str, category: str, typtype: str, scale: int | None, labels: list[str]) -> ColumnInfo:
-    if typname in ("int2", "int4", "int8"):
-        return ColumnInfo("integer")
-    if scale is not None:
-        return ColumnInfo("decimal", scale)
-    if typtype == "e":
-        return ColumnInfo("enum", values=tuple(labels))
-    return ColumnInfo({"N": "number", "D": "time"}.get(category, "other"))
-
-
-def read_catalogue(conn: psycopg.Connection, schema: str) -> Catalogue:
-    """The schema's tables as PostgreSQL's catalogue has them (what the connector captures)."""
-    columns: dict[str, dict[str, ColumnInfo]] = {}
-    keys: dict[str, list[tuple[int, str]]] = {}
-    for table, column, typname, category, typtype, scale, labels, position in conn.execute(_CATALOGUE, (schema,)):
-        columns.setdefault(table, {})[column] = _column_info(typname, category, typtype, scale, labels)
-        if position is not None:
-            keys.setdefault(table, []).append((position, column))
-    return {table: TableInfo(found, tuple(c for _, c in sorted(keys.get(table, [])))) for table, found in columns.items()}
-
-
 def check_schema(settings: StackSettings) -> None:
     """The columns the nested views, cache aggregates and windows name exist in PostgreSQL's catalogue
     with usable types: checked before the driver starts, so a typo is one line at `tide jobs start`
-    rather than a failing query later. (Loading the file checks the first two against
-    migrations/models.py too, without a database; the catalogue is the truth for any schema.)"""
+    rather than a failing query later (the jobs check the same again when their queries start)."""
     pipeline = load(settings.pipeline_file)
     if not (pipeline.windows or pipeline.nested or pipeline.cache_aggregates):
         return
     with psycopg.connect(postgres.conninfo(settings)) as conn:
-        catalogue = read_catalogue(conn, pipeline.source.schema_name)
-    problems = pipeline.schema_problems(catalogue)
-    if problems:
-        raise StackError(f"{settings.pipeline_file}: {'; '.join(problems)}")
+        found = catalogue.read(conn, pipeline.source.schema_name)
+    try:
+        config.check_schema(pipeline, found, settings.pipeline_file)
+    except config.PipelineConfigError as exc:
+        raise StackError(str(exc)) from None
 
 
 def prepare(settings: StackSettings) -> None:

@@ -21,13 +21,17 @@ def committed_offsets(checkpoint: Path) -> dict[str, dict[int, int]]:
     return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in source.items()}
 
 
-def end_offsets(settings: StackSettings, topics: list[str], bootstrap_timeout_ms: int = 30_000) -> dict[str, dict[int, int]]:
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, bootstrap_timeout_ms=bootstrap_timeout_ms)
+def end_offsets(settings: StackSettings, topics: list[str], bootstrap_timeout_ms: int = 30_000,
+                consumer: KafkaConsumer | None = None) -> dict[str, dict[int, int]]:
+    """{topic: {partition: end offset}}; with a new consumer each call unless one is given (to poll often)."""
+    own = consumer is None
+    consumer = consumer or KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, bootstrap_timeout_ms=bootstrap_timeout_ms)
     try:
         partitions = [TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t) or ()]
         ends = consumer.end_offsets(partitions) if partitions else {}
     finally:
-        consumer.close()
+        if own:
+            consumer.close()
     result: dict[str, dict[int, int]] = {}
     for tp, offset in ends.items():
         result.setdefault(tp.topic, {})[tp.partition] = offset

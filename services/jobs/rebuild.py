@@ -24,8 +24,6 @@ from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import process, runner
 from spark_jobs.config import PipelineConfig, load
-from spark_jobs.pipeline import build_query, make_sink, tables_with_view
-from spark_jobs.session import build_session
 from spark_jobs.settings import JobSettings
 
 Report = Callable[[str], None]
@@ -33,13 +31,15 @@ Report = Callable[[str], None]
 
 def rebuild_search(settings: StackSettings, report: Report) -> dict[str, str]:
     """New index versions behind the aliases; returns {alias: new index}."""
+    from spark_jobs.pipeline import live_catalogue  # pyspark: only a rebuild runs Spark in this process
+    from spark_jobs.session import build_session
     from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 
     jobs = driver.job_settings(settings)
     pipeline = load(jobs.pipeline_file)
     live = ElasticsearchSink(jobs.elasticsearch_url, pipeline, jobs.es_bulk_size)
-    live.setup(pipeline)
-    targets = {table: live.create_version(live.alias(table)) for table in tables_with_view(pipeline, "search")}
+    live.setup(None, live_catalogue(jobs, pipeline).current())
+    targets = {table: live.create_version(live.alias(table)) for table in pipeline.sink_tables("search")}
     nested = {name: live.create_version(name) for name in pipeline.nested}
     report(f"building {', '.join([*targets.values(), *nested.values()])}")
     fresh = ElasticsearchSink(jobs.elasticsearch_url, pipeline, jobs.es_bulk_size, targets=targets,
@@ -59,7 +59,9 @@ def rebuild_search(settings: StackSettings, report: Report) -> dict[str, str]:
 
 
 def _catch_up(spark, jobs: JobSettings, pipeline: PipelineConfig, sink, checkpoint: Path) -> None:
-    query = build_query(spark, jobs, pipeline, "search", instance=sink, checkpoint=checkpoint, available_now=True)
+    from spark_jobs.pipeline import build_query
+
+    query = build_query(spark, jobs, pipeline, "search", sink=sink, checkpoint=checkpoint, available_now=True)
     query.awaitTermination()
     if query.exception():
         raise RuntimeError(f"rebuild query failed: {query.exception()}")
@@ -72,6 +74,8 @@ def rebuild_by_replay(settings: StackSettings, sink: str, report: Report) -> Non
     if sink == "cache":
         redis.Redis.from_url(jobs.redis_url).flushdb()
     else:
+        from spark_jobs.pipeline import make_sink
+
         for folder in make_sink(sink, jobs, load(jobs.pipeline_file)).folders():
             shutil.rmtree(folder, ignore_errors=True)
     shutil.rmtree(jobs.checkpoint_dir / sink, ignore_errors=True)

@@ -31,7 +31,6 @@ from services.status.figures import (
 )
 from spark_jobs.changes import DecodeError, decode
 from spark_jobs.config import PipelineConfig
-from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
 
 # Records read on each side of a checkpointed offset to find one that carries a commit time
@@ -93,7 +92,7 @@ def sink_figures(
     settings: StackSettings, pipeline: PipelineConfig, report: dict | None, now_ms: int, problems: list[str]
 ) -> tuple[SinkFigures, ...]:
     jobs = driver.job_settings(settings)
-    views = {sink: {table: pipeline.topic(table) for table in tables_with_view(pipeline, sink)} for sink in SINKS}
+    views = {sink: {table: pipeline.topic(table) for table in pipeline.sink_tables(sink)} for sink in SINKS}
     committed = {sink: lag.committed_offsets(jobs.checkpoint_dir / sink) for sink in SINKS}
     try:
         topics = sorted({topic for names in views.values() for topic in names.values()})

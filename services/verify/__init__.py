@@ -36,11 +36,12 @@ from services.verify.reconcile import (
     compare,
     spill,
 )
+from spark_jobs import catalogue
 from spark_jobs.aggregates import AggregatePlan
+from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig, WindowView, history_table, load
-from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS, SinkName
-from spark_jobs.sinks.delta_history import IS_CURRENT
+from spark_jobs.sinks.delta.layout import IS_CURRENT
 
 __all__ = ["Divergence", "Outcome", "Targets", "VerifyError", "reconcile_views", "verify"]
 
@@ -153,7 +154,7 @@ def reconcile_views(
                 outcomes.append(outcome)
                 if on_outcome:
                     on_outcome(outcome)
-        for aggregate in aggregates_to_verify(pipeline, plan):
+        for aggregate in aggregates_to_verify(pipeline, plan, catalogue.read(conn, pipeline.source.schema_name)):
             outcome = _aggregate_outcome(aggregate, conn, targets, pipeline, Path(scratch), examples)
             outcomes.append(outcome)
             if on_outcome:
@@ -166,10 +167,13 @@ def reconcile_views(
     return outcomes
 
 
-def aggregates_to_verify(pipeline: PipelineConfig, plan: list[tuple[str, list[SinkName]]]) -> list[AggregatePlan]:
-    """The cache's aggregates over any table whose cache view is being verified."""
+def aggregates_to_verify(
+    pipeline: PipelineConfig, plan: list[tuple[str, list[SinkName]]], found: Catalogue
+) -> list[AggregatePlan]:
+    """The cache's aggregates over any table whose cache view is being verified (`found`: the source's
+    catalogue, which the declarations are resolved against)."""
     cached = {table for table, wanted in plan if "cache" in wanted}
-    return [aggregate for aggregate in pipeline.aggregate_plans() if cached & set(aggregate.tables)]
+    return [aggregate for aggregate in pipeline.aggregate_plans(found) if cached & set(aggregate.tables)]
 
 
 def _aggregate_outcome(
@@ -256,7 +260,7 @@ def selection(
     plan = []
     for table in pipeline.tables:
         if table in chosen_tables:
-            wanted = [sink for sink in chosen_sinks if table in tables_with_view(pipeline, sink)]
+            wanted = [sink for sink in chosen_sinks if table in pipeline.sink_tables(sink)]
             if wanted:
                 plan.append((table, wanted))
     if not plan:
@@ -278,7 +282,7 @@ def _sink_pairs(
         alias = (search.index if search else None) or table
         return ((row_id, canon.digest(row)) for row_id, row in readers.search_rows(targets.es_url, alias))
     if sink == "cache":
-        rows = readers.cache_rows(targets.redis_url, table, targets.redis_prefix)
+        rows = readers.cache_rows(targets.redis_url, canon.shape, targets.redis_prefix)
         return ((row_id, canon.digest(row)) for row_id, row in rows)
     # The warehouse is keyed by its columns, not by a stored id: the id is derived as for PostgreSQL.
     rows = readers.warehouse_rows(targets.warehouse_dir / table, canon.shape)

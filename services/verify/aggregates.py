@@ -19,7 +19,7 @@ from psycopg import sql
 
 from services.verify.readers import PAGE, REDIS_BATCH, VerifyError
 from spark_jobs.aggregates import AggregatePlan, MeasurePlan, Term
-from spark_jobs.merge import doc_id
+from spark_jobs.changes.envelope import row_id
 from spark_jobs.sinks.redis import glob_escape
 
 
@@ -83,7 +83,7 @@ def source_figures(conn: psycopg.Connection, plan: AggregatePlan, schema: str) -
         cursor.execute(oracle_query(plan, schema))
         for group, *figures in cursor:
             if any(figures):
-                yield doc_id({plan.group_by: group}), figures_text(plan, figures)
+                yield row_id([group]), figures_text(plan, figures)
     conn.commit()
 
 

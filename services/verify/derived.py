@@ -29,8 +29,7 @@ from spark_jobs.config import WindowView, late_table
 from spark_jobs.event_windows import WindowKey, aggregate
 from spark_jobs.scd2 import intervals
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.delta_history import IS_CURRENT, SOURCE_OP, VALID_FROM, VALID_TO
-from spark_jobs.sinks.delta_windows import COUNT_DELTA, ROW_COUNT, SIZE, SLIDE, START, VALUE_DELTA, VALUE_SUM
+from spark_jobs.sinks.delta.layout import COUNT_DELTA, IS_CURRENT, ROW_COUNT, SIZE, SLIDE, SOURCE_OP, START, VALID_FROM, VALID_TO, VALUE_DELTA, VALUE_SUM
 
 Figures = dict[WindowKey, tuple[Any, int]]
 

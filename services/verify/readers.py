@@ -201,41 +201,51 @@ def _es(http: httpx.Client, method: str, path: str, missing_ok: bool = False, **
 # ---- Redis ----------------------------------------------------------------------------------------
 
 
-def cache_rows(url: str, table: str, key_prefix: str = "") -> Iterator[tuple[str, Row]]:
+def cache_rows(url: str, shape: TableShape, key_prefix: str = "") -> Iterator[tuple[str, Row]]:
     """(doc id, decoded hash) of every `<prefix><table>:<id>` hash: SCAN (which may return a key
     twice; the comparison skips repeats) and HGETALL pipelined REDIS_BATCH keys per round trip."""
-    prefix = row_key(table, "", key_prefix)
+    prefix = row_key(shape.table, "", key_prefix)
     try:
         with redis.Redis.from_url(url) as client:
             batch: list[bytes] = []
             for key in client.scan_iter(match=glob_escape(prefix) + "*", count=1000, _type="HASH"):
                 batch.append(key)
                 if len(batch) >= REDIS_BATCH:
-                    yield from _hashes(client, batch, len(prefix))
+                    yield from _hashes(client, batch, len(prefix), shape)
                     batch = []
-            yield from _hashes(client, batch, len(prefix))
+            yield from _hashes(client, batch, len(prefix), shape)
     except redis.RedisError as exc:
         raise VerifyError(f"cannot read Redis at {url}: {exc}") from exc
 
 
-def _hashes(client: redis.Redis, keys: list[bytes], prefix_length: int) -> Iterator[tuple[str, Row]]:
+def _hashes(client: redis.Redis, keys: list[bytes], prefix_length: int, shape: TableShape) -> Iterator[tuple[str, Row]]:
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.hgetall(key)
     for key, fields in zip(keys, pipe.execute()):
         if fields:  # empty: deleted between SCAN and HGETALL
-            yield key.decode("utf-8", "surrogateescape")[prefix_length:], decode_hash(fields)
+            yield key.decode("utf-8", "surrogateescape")[prefix_length:], decode_hash(fields, shape)
 
 
-def decode_hash(fields: dict[bytes, bytes]) -> Row:
-    """Field values are JSON text; one that is not stays as its raw text, so the row compares different."""
-    row: Row = {}
-    for name, value in fields.items():
-        text = value.decode("utf-8", "surrogateescape")
-        try:
-            row[name.decode("utf-8", "surrogateescape")] = json.loads(text)
-        except ValueError:
-            row[name.decode("utf-8", "surrogateescape")] = "\x00not json: " + text[:200]
+def decode_hash(fields: dict[bytes, bytes], shape: TableShape) -> Row:
+    """A row hash as values the canonicaliser reads: field values are text (docs/sinks/redis.md), a
+    column's absent field is NULL. json and array columns are parsed, booleans read; a value that does
+    not parse stays as marked raw text, so the row compares different."""
+    texts = {name.decode("utf-8", "surrogateescape"): value.decode("utf-8", "surrogateescape")
+             for name, value in fields.items()}
+    row: Row = {name: texts.get(name) for name in shape.column_names}
+    row |= {name: text for name, text in texts.items() if name not in row}
+    for column in shape.columns:
+        text = texts.get(column.name)
+        if text is None:
+            continue
+        if column.array or column.type in ("json", "jsonb"):
+            try:
+                row[column.name] = json.loads(text)
+            except ValueError:
+                row[column.name] = "\x00not json: " + text[:200]
+        elif column.type == "bool":
+            row[column.name] = {"true": True, "false": False}.get(text, "\x00not a boolean: " + text[:200])
     return row
 
 

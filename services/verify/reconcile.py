@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 from uuid import UUID
 
-from spark_jobs.merge import doc_id
+from spark_jobs.changes.envelope import row_id
 from spark_jobs.sinks.base import META_PREFIX
 
 Kind = Literal["missing", "extra", "different", "duplicate", "interval"]
@@ -295,8 +295,8 @@ def key_value(value: Any) -> Any:
 
 
 def row_doc_id(shape: TableShape, row: Mapping[str, Any]) -> str:
-    """The id a sink gives this row: spark_jobs.merge.doc_id over the key columns in key order."""
-    return doc_id({name: key_value(row[name]) for name in shape.key})
+    """The id a sink gives this row: spark_jobs.changes.envelope.row_id of the key columns in key order."""
+    return row_id([key_value(row[name]) for name in shape.key])
 
 
 # ---- spilling to buckets ----------------------------------------------------------------------------
@@ -337,9 +337,9 @@ def spill(pairs: Iterable[tuple[str, str]], folder: Path, buckets: int) -> Spill
     files = [open(folder / str(n), "w", encoding="utf-8", errors="surrogatepass") for n in range(buckets)]
     rows = 0
     try:
-        for row_id, digest in pairs:
+        for doc_id, digest in pairs:
             # JSON-quoted, so a key holding a tab or a newline cannot break the line format.
-            files[bucket_of(row_id, buckets)].write(f"{json.dumps(row_id)}\t{digest}\n")
+            files[bucket_of(doc_id, buckets)].write(f"{json.dumps(doc_id)}\t{digest}\n")
             rows += 1
     finally:
         for handle in files:
@@ -408,19 +408,19 @@ def compare_bucket(
     """Only the source side is held (one bucket's dict); the sink side is streamed past it."""
     expected = dict(source)
     seen: set[str] = set()
-    for row_id, digest in sink:
-        if row_id in seen:
+    for doc_id, digest in sink:
+        if doc_id in seen:
             if not unique_ids:
-                tally.record("duplicate", row_id)
+                tally.record("duplicate", doc_id)
             continue
-        seen.add(row_id)
-        wanted = expected.get(row_id)
+        seen.add(doc_id)
+        wanted = expected.get(doc_id)
         if wanted is None:
-            tally.record("extra", row_id)
+            tally.record("extra", doc_id)
         elif wanted != digest:
-            tally.record("different", row_id)
-    for row_id in expected.keys() - seen:
-        tally.record("missing", row_id)
+            tally.record("different", doc_id)
+    for doc_id in expected.keys() - seen:
+        tally.record("missing", doc_id)
 
 
 def reconcile_pairs(

@@ -1,36 +1,39 @@
-"""The contract every sink keeps. One module per sink implements it; `spark_jobs/pipeline.py` wires them.
+"""The contract every sink keeps, and the capabilities a sink declares. `spark_jobs/pipeline.py` wires them.
 
-A sink receives, for each micro-batch, the newest change per row (and the
-newest truncate per table) — already decoded, deduplicated and with
-unchanged-TOAST columns filled from earlier changes in the same batch
-(`spark_jobs.merge.newest_per_row`). Each sink must:
+A sink receives each micro-batch as a `Batch`: DataFrames of `CHANGE` rows (spark_jobs/changes/schema.py),
+the newest change per row already chosen and unchanged-TOAST columns filled from older changes of the
+batch (spark_jobs/newest.py), and the catalogue of column types. Per-row work stays in the JVM: a sink
+builds what its store needs with Spark SQL expressions and either writes it with Spark (Delta Lake) or
+hands Arrow batches of ready bytes to Python on the executors, which only ships them (Elasticsearch,
+Redis). Nothing is collected to the driver but per-table metadata and the few changes a sink rejects.
 
-- apply an upsert or delete only if its `sequence` is above what it holds for
-  the row (`spark_jobs.merge.stored_version`: row, tombstone, truncate watermark),
-  atomically per row; an equal version is a replay and must change nothing;
-- keep delete versions (tombstones) for as long as an older change could still
-  arrive, so a deleted row is never resurrected;
-- apply a truncate by raising the table's watermark and removing rows below it;
-- keep the stored value of the columns `spark_jobs.merge.kept_columns` names for
-  the stored row's version: those in `Change.unavailable`, and those in
-  `Change.filled` whose value came from a change no newer than the stored row;
-- never raise for one bad row: return it as `Rejected` (it goes to the
-  dead-letter topic) and apply the rest. Raising means the whole batch failed
-  (the sink is down); Spark retries it, which is safe because writes are idempotent.
+Every sink must:
+- apply an upsert or delete only if its `version` is above what it holds for the row: the row's
+  version, the row's tombstone, and the table's truncate watermark, whichever is highest; an equal
+  version is a replay and changes nothing; the check and the write are atomic per row;
+- keep delete versions (tombstones) for as long as an older change could still arrive, so a deleted row
+  is never resurrected; apply a truncate by raising the table's watermark and removing rows below it;
+- keep its stored value of a column the change names in `unavailable`, and of a column in `filled` when
+  its stored row is at least as new as the version `filled` gives (the fill-version rule);
+- for a create that moved the row from another key (`old_row_id`: a primary-key change), take the
+  unavailable columns from what it holds for that key, row or tombstone;
+- never fail a batch for one bad row: return it among the rejected (it goes to the dead-letter topic
+  with the reason). Raising means the whole batch failed (the store is down); Spark retries the batch,
+  which is safe because every write is idempotent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from enum import Enum
+from typing import TYPE_CHECKING, ClassVar
 
-from spark_jobs.changes import Change
+from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
 
 if TYPE_CHECKING:
-    from pyspark import RDD
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 # Metadata every sink stores beside a row's columns; `tide verify` ignores names with this prefix.
 META_PREFIX = "tl_"
@@ -41,44 +44,68 @@ KEYS_PROPERTY = "tideline.primaryKey"
 COMMIT_TS = "tl_commit_ts"
 
 
+class Capability(Enum):
+    """What a sink can do beyond `setup` and `write`; each sink states its set (`capabilities`), and the
+    pipeline and `tide rebuild` ask it, never probe for methods."""
+
+    # `write` runs no Spark action: the frame it returns is lazy, and the pipeline's write of the dead
+    # letters runs the whole batch as one job. Without it the pipeline persists the batch's frames
+    # while the sink runs its own actions (Delta's MERGEs), so the topics are read and decoded once.
+    SINGLE_PASS = "single_pass"
+    # `available()`: the query holds (with back-off) while the store is down, instead of launching
+    # tasks that would fail and take shared Python workers with them.
+    WAITS_FOR_STORE = "waits_for_store"
+    # `Batch.every` is read: every change of the batch, not only the newest per row (SCD2 history).
+    EVERY_CHANGE = "every_change"
+    # `folders()`: the folders it writes, which `tide rebuild` clears before replaying the topics.
+    OWNS_FOLDERS = "owns_folders"
+    # `rebuild_target()` / `promote()`: a rebuild fills new physical stores behind the users' names and
+    # swaps them in at the end (Elasticsearch aliases), so readers never see a half-built view.
+    SWAPS_ON_REBUILD = "swaps_on_rebuild"
+
+
 @dataclass(frozen=True)
-class Rejected:
-    change: Change
-    reason: str
+class Batch:
+    """One micro-batch as a sink sees it. `newest` and `every` hold no dead letters."""
+
+    id: int
+    spark: SparkSession
+    newest: DataFrame
+    every: DataFrame
+    catalogue: Catalogue
 
 
-class PartitionSink(Protocol):
-    """A sink written from each Spark partition (Elasticsearch, Redis). Must be picklable: it is
-    shipped to executors, so it holds settings only and opens clients inside `write`."""
+class Sink(ABC):
+    """One destination. Holds plain settings only: it is pickled to executors where it ships bytes."""
 
-    name: str
+    name: ClassVar[str]
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
 
-    def setup(self, pipeline: PipelineConfig) -> None:
-        """Called once on the driver when the query starts: create indices, mappings, scripts. Idempotent."""
+    def __init__(self, pipeline: PipelineConfig) -> None:
+        self.pipeline = pipeline
 
-    def write(self, changes: Sequence[Change]) -> list[Rejected]:
-        """Called on an executor with one partition's changes (newest per row). Idempotent, version-guarded."""
+    def can(self, capability: Capability) -> bool:
+        return capability in self.capabilities
+
+    @abstractmethod
+    def tables(self) -> list[str]:
+        """The captured tables this sink has a view of (its query subscribes to their topics)."""
+
+    @abstractmethod
+    def setup(self, spark: SparkSession, catalogue: Catalogue) -> None:
+        """Called once on the driver when the query starts: create indices, tables, scripts. Idempotent."""
+
+    @abstractmethod
+    def write(self, batch: Batch) -> DataFrame | None:
+        """Apply one micro-batch, idempotently and version-guarded. Returns the changes it rejected (as
+        `CHANGE` rows with `error` set) as a DataFrame the pipeline writes to the dead-letter topic, or
+        None. The returned frame may be lazy: the pipeline's write of the dead letters is then the action
+        that runs the sink's writes (one Spark job for the whole batch)."""
 
     def available(self) -> bool:
-        """Called on the driver before each batch: False makes that query wait (with back-off) instead
-        of launching tasks that would fail. An outage then never aborts Spark jobs shared with others."""
-
-
-class BatchSink(Protocol):
-    """A sink written per micro-batch from the driver with Spark operations (Delta Lake MERGE)."""
-
-    name: str
-
-    def setup(self, pipeline: PipelineConfig) -> None: ...
-
-    def write_batch(self, spark: SparkSession, changes: RDD[Change], batch_id: int) -> list[Rejected]:
-        """Apply one micro-batch (an RDD of the newest change per row; never collected to the driver).
-        Idempotent for a replayed batch_id. Returns the (few) changes it could not apply."""
+        """WAITS_FOR_STORE: whether the store answers (on the driver, before each batch)."""
+        raise NotImplementedError(f"{self.name} does not wait for its store")
 
     def folders(self) -> list[str]:
-        """Every folder the sink writes: `tide rebuild` clears them before its query replays the topics."""
-
-    # Optional: a sink that has it (the analytics sink, for SCD2 history) is also called, beside
-    # `write_batch`, with every decoded change of the batch before the newest-per-row reduction:
-    # def write_history(self, spark, changes: RDD[Change], batch_id: int) -> list[Rejected]
-
+        """OWNS_FOLDERS: every folder the sink writes."""
+        raise NotImplementedError(f"{self.name} owns no folders")

@@ -22,7 +22,6 @@ from services.jobs import dlq, driver, lag
 from services.stack import postgres, process, runner
 from services.verify import Outcome, reconcile_views
 from spark_jobs.config import PipelineConfig
-from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
 from tests import tide_cli
 from tests.tide_cli import TIDE  # noqa: F401 - re-exported for the e2e modules
@@ -103,7 +102,7 @@ def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float, sin
     Cheap (checkpoint files and Kafka end offsets), so the pipeline is not slowed by the test."""
     topics = [pipeline.topic(table) for table in pipeline.tables]
     ends = lag.end_offsets(jobs, topics)
-    read = {sink: {pipeline.topic(table) for table in tables_with_view(pipeline, sink)} for sink in sinks}
+    read = {sink: {pipeline.topic(table) for table in pipeline.sink_tables(sink)} for sink in sinks}
 
     def behind() -> dict[str, int]:
         return {

@@ -22,7 +22,7 @@ def _record_of_another_table(table: str) -> tuple[bytes, bytes]:
     """A real Debezium insert (captured from the stack) whose source names `table`."""
     record = next(r for r in json.loads(RECORDS.read_text()) if r["name"] == "customers_snapshot")
     value = json.loads(record["value"])
-    value["payload"]["source"]["table"] = table
+    value["source"]["table"] = table
     return record["key"].encode(), json.dumps(value).encode()
 
 

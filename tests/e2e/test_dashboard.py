@@ -20,7 +20,6 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from services.api.app import create_app
 from services.stack import postgres
-from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
 from tests.waiting import wait_until
 
@@ -81,7 +80,7 @@ def test_status_figures_render_and_an_inserted_order_appears_in_the_search_resul
     wait_until(lambda: _cells(browser, '#sinks tr.sink[data-sink="cache"] td.state') == ["running"], 120,
                "the cache query shown running")
     behind = _cells(browser, "#sinks tr.table td.records-behind")
-    tables_read = sum(len(tables_with_view(pipeline, sink)) for sink in SINKS)
+    tables_read = sum(len(pipeline.sink_tables(sink)) for sink in SINKS)
     assert len(behind) == tables_read and all(cell.isdigit() for cell in behind), behind
     assert _cells(browser, '#source tr[data-what="slot"] td')[1] == "active"
 

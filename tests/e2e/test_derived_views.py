@@ -27,11 +27,12 @@ from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from services.verify import nested
 from services.verify.readers import warehouse_query
-from spark_jobs.aggregates import demo_catalogue
+from spark_jobs import catalogue as source_catalogue
 from spark_jobs.config import history_table, load
 from spark_jobs.event_windows import window_starts
 from spark_jobs.settings import SINKS
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
+from tests.demo_catalogue import demo_catalogue
 from tests.e2e.support import CONVERGE_S, Workload, caught_up, converged, kill_9_driver, tide, tide_result, write_pipeline
 from tests.waiting import wait_until
 
@@ -262,13 +263,13 @@ def test_a_window_on_an_unknown_column_stops_tide_jobs_start_with_one_line(stack
 
 
 def test_postgresqls_catalogue_agrees_with_the_models_on_every_captured_table(stack):
-    """The driver checks views against the catalogue (`read_catalogue`), loading checks them against
-    migrations/models.py: both must describe the captured tables' modelled columns alike (kinds,
+    """The jobs type every view from PostgreSQL's catalogue (spark_jobs/catalogue.py), the unit tests from
+    migrations/models.py (tests/demo_catalogue.py): both must describe the captured tables' modelled columns alike (kinds,
     scales, enum labels) and their primary keys."""
     migrations.upgrade(stack)
     pipeline = load(stack.pipeline_file)
     with psycopg.connect(postgres.conninfo(stack)) as conn:
-        catalogue = driver.read_catalogue(conn, pipeline.source.schema_name)
+        catalogue = source_catalogue.read(conn, pipeline.source.schema_name)
     models = demo_catalogue()
     for table in pipeline.tables:  # a column added by another test (ALTER TABLE) is in the catalogue only
         found = catalogue[table]

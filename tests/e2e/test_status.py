@@ -18,7 +18,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.api.app import create_app
 from services.settings import StackSettings
 from services.stack import postgres, runner
-from spark_jobs.pipeline import tables_with_view
 from spark_jobs.settings import SINKS
 from tests import tide_cli
 from tests.e2e.support import E2E_FIELDS, TIDE, tide, tide_env
@@ -91,7 +90,7 @@ def test_status_metrics_and_tide_status_show_every_sink_fresh_after_a_commit(run
     assert status["source"]["slot_active"] is True and status["source"]["slot_lag_bytes"] >= 0
     assert status["problems"] == []
     for sink in status["sinks"]:
-        assert {table["table"] for table in sink["tables"]} == set(tables_with_view(pipeline, sink["sink"]))
+        assert {table["table"] for table in sink["tables"]} == set(pipeline.sink_tables(sink["sink"]))
         assert sink["oldest_unapplied_age_s"] is None  # nothing waits
         assert 0 <= _table(status, sink["sink"], "orders")["newest_applied_age_s"] < CAUGHT_UP_S
 

@@ -106,6 +106,11 @@ def test_head_creates_the_demo_schema(db: psycopg.Connection):
         "SELECT attstorage FROM pg_attribute WHERE attrelid = 'products'::regclass AND attname = 'description'"
     ).fetchone()[0]
     assert storage == "x"  # EXTENDED: large descriptions are compressed and moved out of line
+    indexes = db.execute(
+        "SELECT indexname FROM pg_indexes WHERE tablename = ANY(%s) AND indexname LIKE '%%_idx'", (sorted(DEMO_TABLES),)
+    ).fetchall()
+    # 0004: a foreign key's referencing column is not indexed by PostgreSQL itself
+    assert {name for (name,) in indexes} == {"orders_customer_id_idx", "order_items_product_id_idx", "orders_status_id_idx"}
 
 
 def test_models_match_the_migrations(db: psycopg.Connection, pg: StackSettings):
@@ -202,7 +207,7 @@ def test_downgrade_to_base_removes_everything_and_upgrade_again_works(db: psycop
     assert db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (pg.cdc_user,)).fetchone() is None
 
     migrations.upgrade(pg)
-    assert migrations.current(pg) == migrations.head() == "0003"
+    assert migrations.current(pg) == migrations.head() == "0004"
     assert _tables(db) == DEMO_TABLES | SUPPORT_TABLES | CHAOS_TABLES
     with psycopg.connect(_cdc_conninfo(pg)) as cdc:
         assert cdc.execute("SELECT count(*) FROM orders").fetchone()[0] == 0
@@ -229,7 +234,7 @@ def test_cli_migrate_and_current(pg: StackSettings, monkeypatch: pytest.MonkeyPa
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(app, ["db", "current"])
     assert result.exit_code == 0, result.output
-    assert "at revision 0003 (head)" in result.output
+    assert "at revision 0004 (head)" in result.output
 
 
 def test_cli_names_an_unreachable_postgres_in_one_line(pg: StackSettings, monkeypatch: pytest.MonkeyPatch):

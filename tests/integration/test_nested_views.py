@@ -1,6 +1,6 @@
-"""Nested views against a real Elasticsearch node: out-of-order arrival, replays, exactly the affected
-documents rewritten, deletes. Changes are written flat by the sink, then its nested step runs, as the
-search query does after each micro-batch."""
+"""Nested views against a real Elasticsearch node, through Spark: out-of-order arrival, replays, exactly
+the affected documents rewritten, deletes. Each batch is one micro-batch of the search sink: the flat
+writes, then (a later stage of the same job) the join documents it touched."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ from elasticsearch import Elasticsearch
 
 from services.settings import StackSettings
 from spark_jobs import config
-from spark_jobs.changes import Change
 from spark_jobs.config import PipelineConfig
-from spark_jobs.sinks.elasticsearch import TOMBSTONES, ElasticsearchSink
-from spark_jobs.sinks.nested import REFS, touches
+from spark_jobs.sinks.elasticsearch import ElasticsearchSink
+from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES
+from spark_jobs.sinks.elasticsearch._nested import REFS
+from tests.demo_catalogue import demo_catalogue
+from tests.sink_batches import apply
+from tests.unit.spark_frames import change
 
 pytestmark = pytest.mark.stack
 
@@ -32,13 +35,13 @@ def unique_pipeline() -> tuple[PipelineConfig, str]:
 
 
 @pytest.fixture
-def world(stack: StackSettings) -> Iterator[tuple[ElasticsearchSink, Elasticsearch, str]]:
+def world(stack: StackSettings, spark) -> Iterator[tuple[ElasticsearchSink, Elasticsearch, str, object]]:
     pipeline, view = unique_pipeline()
     url = f"http://{stack.host}:{stack.elasticsearch_port}"
     sink = ElasticsearchSink(url, pipeline, bulk_size=200)
-    sink.setup(pipeline)
+    sink.setup(spark, demo_catalogue())
     es = Elasticsearch(url)
-    yield sink, es, view
+    yield sink, es, view, spark
     for alias in sink.aliases():
         for index in es.indices.get(index=f"{alias}-v*"):
             es.indices.delete(index=index)
@@ -55,33 +58,41 @@ class Clock:
     def __init__(self) -> None:
         self.lsn = 100
 
-    def change(self, table: str, key: dict, after: dict | None = None, op: str = "u") -> Change:
+    def change(self, table: str, key: dict, after: dict | None = None, op: str = "u") -> dict:
         self.lsn += 1
-        row = None if op == "d" else {**key, **(after or {})}
-        return Change(table=table, op=op, key=key, before=None, after=row, sequence=(self.lsn, self.lsn),
-                      lsn=self.lsn, tx_id=None, commit_ts_ms=None, snapshot=None)
+        text = {name: None if value is None else str(value) for name, value in key.items()}
+        row = None if op in ("d", "t") else {**text, **{k: None if v is None else str(v) for k, v in (after or {}).items()}}
+        return change((self.lsn, self.lsn), op=op, table=table, key=text or 1, after=row)
 
 
-def batch(sink: ElasticsearchSink, changes: list[Change]) -> int:
-    """One micro-batch: the flat writes, then the nested step (what `finish_batch` does with the RDD)."""
-    assert sink.write(changes) == []
-    return sink.update_nested([t for change in changes for t in touches(sink.pipeline.nested, change)])
+def writes(es: Elasticsearch, view: str) -> int:
+    """Documents written into or deleted from the view's index so far (Elasticsearch's own counts)."""
+    stats = es.indices.stats(index=view, metric="indexing")["indices"]
+    return sum(i["primaries"]["indexing"]["index_total"] + i["primaries"]["indexing"]["delete_total"] for i in stats.values())
 
 
-def order(clock: Clock, order_id: int, customer: int, status: str = "paid") -> Change:
+def batch(world, changes: list[dict]) -> int:
+    """One micro-batch of the search sink; how many join documents it wrote or deleted."""
+    sink, es, view, spark = world
+    before = writes(es, view)
+    assert apply(sink, spark, changes) == {}
+    return writes(es, view) - before
+
+
+def order(clock: Clock, order_id: int, customer: int | None, status: str = "paid") -> dict:
     return clock.change("orders", {"id": order_id}, {"customer_id": customer, "status": status, "total": "9.50",
                                                      "created_at": None, "updated_at": None})
 
 
-def customer(clock: Clock, customer_id: int, name: str, op: str = "u") -> Change:
+def customer(clock: Clock, customer_id: int, name: str, op: str = "u") -> dict:
     return clock.change("customers", {"id": customer_id}, {"name": name, "email": f"{name}@x", "country": "NL"}, op)
 
 
-def product(clock: Clock, product_id: int, name: str) -> Change:
+def product(clock: Clock, product_id: int, name: str) -> dict:
     return clock.change("products", {"id": product_id}, {"name": name, "sku": f"S{product_id}", "price": "1.00"})
 
 
-def item(clock: Clock, order_id: int, line: int, product_id: int, op: str = "u", quantity: int = 1) -> Change:
+def item(clock: Clock, order_id: int, line: int, product_id: int, op: str = "u", quantity: int = 1) -> dict:
     return clock.change("order_items", {"order_id": order_id, "line_no": line},
                         {"product_id": product_id, "quantity": quantity, "unit_price": "1.00"}, op)
 
@@ -91,73 +102,63 @@ def doc(es: Elasticsearch, view: str, order_id: int) -> dict | None:
     return found["_source"] if found.get("found") else None
 
 
-def indexed(es: Elasticsearch, view: str) -> int:
-    """Documents indexed into the view's index so far (Elasticsearch's own count: writes, not tries)."""
-    stats = es.indices.stats(index=view, metric="indexing")["indices"]
-    return sum(index["primaries"]["indexing"]["index_total"] for index in stats.values())
-
-
 def test_rows_arriving_in_any_order_end_in_the_joined_document_and_a_replay_writes_nothing(world):
-    sink, es, view = world
+    _, es, view, _ = world
     clock = Clock()
     first_item = item(clock, 7, 1, product_id=5)  # before its order and its product
-    assert batch(sink, [first_item]) == 0 and doc(es, view, 7) is None
+    assert batch(world, [first_item]) == 0 and doc(es, view, 7) is None
     the_order = order(clock, 7, customer=3)  # before its customer
-    assert batch(sink, [the_order]) == 1
+    assert batch(world, [the_order]) == 1
     stored = doc(es, view, 7)
     assert stored["customer"] is None and stored["items"][0]["product"] is None
     assert stored[REFS] == ["customers:3", "order_items:[7,1]", "orders:7", "products:5"]
     late = [customer(clock, 3, "ann"), product(clock, 5, "mug")]
-    assert batch(sink, late) == 1
+    assert batch(world, late) == 1
     assert doc(es, view, 7) == {
         "id": 7, "status": "paid", "total": "9.50", "created_at": None, "updated_at": None,
         "customer": {"id": 3, "name": "ann", "email": "ann@x", "country": "NL"},
         "items": [{"line_no": 1, "quantity": 1, "unit_price": "1.00", "product": {"id": 5, "name": "mug", "sku": "S5"}}],
         REFS: ["customers:3", "order_items:[7,1]", "orders:7", "products:5"],
     }
-    before = indexed(es, view)
     for replayed in ([first_item], [the_order], late):
-        assert batch(sink, replayed) == 0
-    assert indexed(es, view) == before
+        assert batch(world, replayed) == 0
 
 
 def test_a_rename_rewrites_exactly_the_documents_that_hold_the_row(world):
-    sink, es, view = world
+    _, es, view, _ = world
     clock = Clock()
     setup = [customer(clock, 1, "a"), customer(clock, 2, "b"), product(clock, 5, "mug"), product(clock, 6, "cup")]
     setup += [order(clock, n, customer=1 if n <= 3 else 2) for n in range(1, 6)]
     setup += [item(clock, n, 1, product_id=5 if n in (2, 4) else 6) for n in range(1, 6)]
-    assert batch(sink, setup) == 5
-    before = indexed(es, view)
-    assert batch(sink, [customer(clock, 1, "a2")]) == 3
-    assert batch(sink, [product(clock, 5, "mug2")]) == 2
-    assert indexed(es, view) == before + 5
+    assert batch(world, setup) == 5
+    assert batch(world, [customer(clock, 1, "a2")]) == 3
+    assert batch(world, [product(clock, 5, "mug2")]) == 2
     assert [doc(es, view, n)["customer"]["name"] for n in range(1, 6)] == ["a2", "a2", "a2", "b", "b"]
     assert [doc(es, view, n)["items"][0]["product"]["name"] for n in range(1, 6)] == ["cup", "mug2", "cup", "mug2", "cup"]
     # A change that does not show in the view (price is not a field) rewrites nothing.
-    assert batch(sink, [clock.change("products", {"id": 6}, {"name": "cup", "sku": "S6", "price": "2.00"})]) == 0
+    assert batch(world, [clock.change("products", {"id": 6}, {"name": "cup", "sku": "S6", "price": "2.00"})]) == 0
 
 
 def test_deleting_a_child_removes_it_moving_it_changes_both_and_deleting_the_root_deletes_the_document(world):
-    sink, es, view = world
+    _, es, view, _ = world
     clock = Clock()
-    assert batch(sink, [order(clock, 1, 9), order(clock, 2, 9), item(clock, 1, 1, 5), item(clock, 1, 2, 5)]) == 2
+    assert batch(world, [order(clock, 1, 9), order(clock, 2, 9), item(clock, 1, 1, 5), item(clock, 1, 2, 5)]) == 2
     assert [i["line_no"] for i in doc(es, view, 1)["items"]] == [1, 2]
-    assert batch(sink, [item(clock, 1, 2, 5, op="d")]) == 1
+    assert batch(world, [item(clock, 1, 2, 5, op="d")]) == 1
     assert [i["line_no"] for i in doc(es, view, 1)["items"]] == [1]
     # A child whose join column changes (not possible for order_items' key column in the demo, but
     # for any child table in general) leaves one document and joins another: both are rewritten.
     moved = clock.change("order_items", {"order_id": 1, "line_no": 1},
                          {"order_id": 2, "line_no": 1, "product_id": 5, "quantity": 1, "unit_price": "1.00"})
-    assert batch(sink, [moved]) == 2
+    assert batch(world, [moved]) == 2
     assert doc(es, view, 1)["items"] == [] and len(doc(es, view, 2)["items"]) == 1
-    assert batch(sink, [clock.change("orders", {"id": 2}, op="d")]) == 1
+    assert batch(world, [clock.change("orders", {"id": 2}, op="d")]) == 1
     assert doc(es, view, 2) is None
 
 
 def test_a_truncate_of_a_parent_table_rebuilds_every_document_that_held_one_of_its_rows(world):
-    sink, es, view = world
+    _, es, view, _ = world
     clock = Clock()
-    assert batch(sink, [customer(clock, 1, "a"), order(clock, 1, 1), order(clock, 2, 1), order(clock, 3, None)]) == 3
-    assert batch(sink, [clock.change("customers", {}, op="t")]) == 2
+    assert batch(world, [customer(clock, 1, "a"), order(clock, 1, 1), order(clock, 2, 1), order(clock, 3, None)]) == 3
+    assert batch(world, [clock.change("customers", {}, op="t")]) == 2
     assert [doc(es, view, n)["customer"] for n in (1, 2, 3)] == [None, None, None]

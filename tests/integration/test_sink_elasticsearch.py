@@ -1,46 +1,41 @@
-"""The search sink against a real Elasticsearch node: guard, deletes, TOAST, truncate, mappings, aliases."""
+"""The search sink against a real Elasticsearch node, through Spark: guard, deletes, TOAST, primary-key
+moves, truncate, mappings from the catalogue, aliases, concurrent writers."""
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from elasticsearch import Elasticsearch
 
 from services.settings import StackSettings
 from spark_jobs import config
-from spark_jobs.changes import Change, ColumnType, decode
+from spark_jobs.catalogue import Column
 from spark_jobs.config import PipelineConfig, SearchView
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.elasticsearch import TOMBSTONES, WATERMARKS, ElasticsearchSink, below
+from spark_jobs.sinks.elasticsearch import ElasticsearchSink
+from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES, WATERMARKS
+from spark_jobs.sinks.elasticsearch._store import below
 from tests import stale_fill
+from tests.demo_catalogue import demo_catalogue
+from tests.sink_batches import apply
+from tests.unit.spark_frames import change
 
 pytestmark = pytest.mark.stack
 
-RECORDS = {
-    r["name"]: r
-    for r in json.loads((Path(__file__).parent.parent / "unit" / "fixtures" / "debezium_records.json").read_text())
-}
+# A product as Debezium's schemaless record carries it (real column types: INT8, TEXT, NUMERIC(12,2),
+# _TEXT, JSONB, TIMESTAMPTZ in the catalogue).
+PRODUCT = {"sku": "FX-1", "name": "Kitchen mug", "description": "a mug", "price": "12.50", "tags": '["kitchen","blue"]',
+           "attributes": '{"color": "blue", "dims": {"h": 10}}', "updated_at": "2026-11-22T10:00:00.123456Z"}
 
 
-def fixture(name: str) -> Change:
-    record = RECORDS[name]
-    return decode(record["topic"], record["key"].encode(), record["value"].encode())
-
-
-PRODUCT = fixture("products_insert")  # real column types: INT8, TEXT, NUMERIC(12,2), _TEXT, JSONB, TIMESTAMPTZ
-
-
-def product(seq: tuple[int, int], key: int = 1, op: str = "u", **columns) -> Change:
-    after = None if op == "d" else {**PRODUCT.after, "id": key, "sku": f"SKU-{key}", **columns}
-    return replace(PRODUCT, op=op, key={"id": key}, after=after, sequence=seq, unavailable=frozenset())
+def product(version: tuple[int, int], key: int = 1, op: str = "u", **columns) -> dict:
+    after = None if op == "d" else {**PRODUCT, "id": str(key), "sku": f"SKU-{key}", **columns}
+    return change(version, op=op, key=key, after=after)
 
 
 def unique_pipeline() -> PipelineConfig:
@@ -65,10 +60,10 @@ def es(stack: StackSettings):
 
 
 @pytest.fixture
-def sink(stack: StackSettings, es: Elasticsearch):
+def sink(stack: StackSettings, es: Elasticsearch, spark):
     pipeline = unique_pipeline()
     sink = ElasticsearchSink(f"http://{stack.host}:{stack.elasticsearch_port}", pipeline, bulk_size=50)
-    sink.setup(pipeline)
+    sink.setup(spark, demo_catalogue())
     yield sink
     for alias in sink.aliases():
         for index in es.indices.get(index=f"{alias}-v*"):  # deleting by wildcard is refused by default
@@ -85,16 +80,14 @@ def source(es: Elasticsearch, index: str, doc_id: str) -> dict | None:
     return found["_source"] if found.get("found") else None
 
 
-def test_upsert_is_stored_exactly_with_a_typed_mapping_and_is_searchable(sink, es):
+def test_upsert_is_stored_exactly_with_a_typed_mapping_and_is_searchable(sink, es, spark):
     alias = sink.alias("products")
-    assert sink.write([PRODUCT]) == []
-
+    assert apply(sink, spark, [product((5, 7))]) == {}
     doc = source(es, alias, "1")
     assert doc["price"] == "12.50", "NUMERIC stays an exact string in _source"
     assert doc["tags"] == ["kitchen", "blue"] and doc["attributes"] == {"color": "blue", "dims": {"h": 10}}
-    assert doc["updated_at"] == PRODUCT.after["updated_at"].isoformat() and doc["updated_at"].endswith("+00:00")
-    assert (doc[VERSION_MAJOR], doc[VERSION_MINOR]) == PRODUCT.sequence
-    assert doc[COMMIT_TS].startswith("2026-11-22T")
+    assert doc["id"] == 1 and doc["updated_at"] == PRODUCT["updated_at"]
+    assert (doc[VERSION_MAJOR], doc[VERSION_MINOR]) == (5, 7) and doc[COMMIT_TS] == "2024-01-01T00:00:00.000Z"
 
     (mapping,) = es.indices.get_mapping(index=alias).values()
     props = mapping["mappings"]["properties"]
@@ -107,208 +100,200 @@ def test_upsert_is_stored_exactly_with_a_typed_mapping_and_is_searchable(sink, e
 
     es.indices.refresh(index=alias)
     assert es.count(index=alias, query={"match": {"name": "MUG"}})["count"] == 1, "full text, analysed"
-    assert es.count(index=alias, query={"term": {"sku": "FX-1"}})["count"] == 1
+    assert es.count(index=alias, query={"term": {"sku": "SKU-1"}})["count"] == 1
     assert es.count(index=alias, query={"range": {"price": {"gte": 12.5, "lte": 12.5}}})["count"] == 1
 
 
-def test_an_older_change_after_a_newer_one_is_ignored(sink, es):
-    assert sink.write([product((100, 5), name="new")]) == []
-    assert sink.write([product((100, 4), name="old"), product((99, 9), name="older")]) == []
+def test_an_older_change_after_a_newer_one_is_ignored(sink, es, spark):
+    assert apply(sink, spark, [product((100, 5), name="new")]) == {}
+    assert apply(sink, spark, [product((100, 4), name="old"), product((99, 9), name="older")]) == {}
     doc = source(es, sink.alias("products"), "1")
     assert doc["name"] == "new" and (doc[VERSION_MAJOR], doc[VERSION_MINOR]) == (100, 5)
 
 
-def test_replaying_an_equal_version_changes_nothing(sink, es):
-    alias, change = sink.alias("products"), product((50, 1), name="once")
-    sink.write([change])
+def test_replaying_an_equal_version_changes_nothing(sink, es, spark):
+    alias, once = sink.alias("products"), product((50, 1), name="once")
+    apply(sink, spark, [once])
     before = es.get(index=alias, id="1")
-    assert sink.write([change]) == []
-    assert sink.write([replace(change, after={**change.after, "name": "same version, other value"})]) == []
+    assert apply(sink, spark, [once]) == {}
+    assert apply(sink, spark, [product((50, 1), name="same version, other value")]) == {}
     after = es.get(index=alias, id="1")
-    assert after["_seq_no"] == before["_seq_no"] and after["_version"] == before["_version"]
-    assert after["_source"] == before["_source"]
+    assert after["_seq_no"] == before["_seq_no"] and after["_source"] == before["_source"]
 
 
-def test_a_deleted_row_is_not_resurrected_by_a_late_older_change(sink, es):
+def test_a_deleted_row_is_not_resurrected_by_a_late_older_change(sink, es, spark):
     alias = sink.alias("products")
-    sink.write([product((10, 1), key=3)])
-    assert sink.write([product((20, 1), key=3, op="d")]) == []
+    apply(sink, spark, [product((10, 1), key=3)])
+    assert apply(sink, spark, [product((20, 1), key=3, op="d")]) == {}
     assert source(es, alias, "3") is None
     tombstone = source(es, TOMBSTONES, f"{alias}/3")
     assert (tombstone[VERSION_MAJOR], tombstone[VERSION_MINOR]) == (20, 1)
-
-    assert sink.write([product((15, 1), key=3, name="late")]) == []
+    assert apply(sink, spark, [product((15, 1), key=3, name="late")]) == {}
     assert source(es, alias, "3") is None, "the tombstone remembers the delete"
-    assert sink.write([product((20, 1), key=3, op="d")]) == [], "a replayed delete is a no-op"
-
-    sink.write([product((30, 1), key=3, name="re-inserted")])
+    assert apply(sink, spark, [product((20, 1), key=3, op="d")]) == {}, "a replayed delete is a no-op"
+    apply(sink, spark, [product((30, 1), key=3, name="re-inserted")])
     assert source(es, alias, "3")["name"] == "re-inserted", "a newer insert after the delete is applied"
 
 
-def test_an_unchanged_toast_column_keeps_the_stored_value(sink, es):
-    update = fixture("products_update_unchanged_toast")  # id 2, description unavailable
-    assert "description" in update.unavailable and "description" not in update.after
+def test_an_unchanged_toast_column_keeps_the_stored_value(sink, es, spark):
     long_text = "kept " * 5000
-    sink.write([product((1, 1), key=2, description=long_text, name="before")])
-    assert sink.write([update]) == []
+    apply(sink, spark, [product((1, 1), key=2, description=long_text, name="before")])
+    update = change((2, 0), key=2, after={"id": "2", "name": "Toast mug", "price": "6.00"}, unavailable=("description",))
+    assert apply(sink, spark, [update]) == {}
     doc = source(es, sink.alias("products"), "2")
     assert doc["description"] == long_text and doc["name"] == "Toast mug" and doc["price"] == "6.00"
-    assert "__debezium_unavailable_value" not in json.dumps(doc)
+    objects = change((3, 0), key=2, after={"id": "2", "attributes": '{"size": "L"}'}, unavailable=("description",))
+    assert apply(sink, spark, [objects]) == {}
+    doc = source(es, sink.alias("products"), "2")
+    assert doc["attributes"] == {"size": "L"}, "a json column is replaced, not merged field by field"
+    assert doc["description"] == long_text
 
 
-def toast_product(seq, key, description):
-    """An upsert for tests/stale_fill.py: no description means Debezium's placeholder."""
-    change = product(seq, key=key, name=f"v{seq}", description=description)
-    if description is not None:
-        return change
-    after = {column: value for column, value in change.after.items() if column != "description"}
-    return replace(change, after=after, unavailable=frozenset({"description"}))
+def test_a_primary_key_change_keeps_the_unchanged_toast_column_in_either_order(sink, es, spark):
+    alias = sink.alias("products")
+    for old, new, together in ((1, 101, True), (2, 102, False)):
+        apply(sink, spark, [product((5, 0), key=old, description=f"long {old}")])
+        delete = {**product((6, 1), key=old, op="d"), "moved": True}
+        create = change((6, 1), op="c", key=new, after={"id": str(new), "name": "n"}, unavailable=("description",),
+                        old_row_id=str(old))
+        if together:
+            assert apply(sink, spark, [create, delete]) == {}
+        else:  # the delete applied in an earlier batch: the value comes from its tombstone's image
+            assert apply(sink, spark, [delete]) == {} and apply(sink, spark, [create]) == {}
+        assert source(es, alias, str(new))["description"] == f"long {old}"
+        assert source(es, alias, str(old)) is None
 
 
-def test_a_stale_full_image_in_the_batch_does_not_overwrite_a_newer_stored_toast_value(sink, es):
-    assert sink.write(stale_fill.stored_first(toast_product)) == []
-    assert sink.write(stale_fill.batch(toast_product)) == []
+def test_a_stale_full_image_in_the_batch_does_not_overwrite_a_newer_stored_toast_value(sink, es, spark):
+    assert apply(sink, spark, stale_fill.stored_first()) == {}
+    assert apply(sink, spark, stale_fill.batch()) == {}
     for key, description in stale_fill.EXPECTED.items():
         doc = source(es, sink.alias("products"), str(key))
         assert (doc["description"], doc["name"]) == (description, f"v{stale_fill.UPDATE}"), key
         assert (doc[VERSION_MAJOR], doc[VERSION_MINOR]) == stale_fill.UPDATE
 
 
-def test_truncate_removes_rows_below_the_watermark_and_keeps_newer_ones(sink, es):
+def test_truncate_removes_rows_below_the_watermark_and_keeps_newer_ones(sink, es, spark):
     alias = sink.alias("products")
-    sink.write([product((10, 1), key=1), product((30, 0), key=2), product((20, 0), key=3)])
-    truncate = replace(PRODUCT, op="t", key={}, after=None, sequence=(20, 0))
-    assert sink.write([truncate]) == []
-
+    apply(sink, spark, [product((10, 1), key=1), product((30, 0), key=2), product((20, 0), key=3)])
+    assert apply(sink, spark, [change((20, 0), op="t")]) == {}
     assert source(es, alias, "1") is None
     assert source(es, alias, "2") is not None, "written after the truncate"
     assert source(es, alias, "3") is not None, "(20, 0) is the truncate's own position, not below it"
     mark = source(es, WATERMARKS, alias)
     assert (mark[VERSION_MAJOR], mark[VERSION_MINOR]) == (20, 0)
-
-    assert sink.write([product((15, 0), key=1, name="late")]) == []
+    assert apply(sink, spark, [product((15, 0), key=1, name="late")]) == {}
     assert source(es, alias, "1") is None, "a late older change cannot resurrect a truncated row"
-    assert sink.write([replace(truncate, sequence=(12, 0))]) == []
+    assert apply(sink, spark, [change((12, 0), op="t")]) == {}
     assert source(es, WATERMARKS, alias)[VERSION_MAJOR] == 20, "the watermark never goes back"
     assert source(es, alias, "2") is not None
 
 
-def test_a_new_column_gets_its_mapping_on_first_sight(sink, es):
+def with_columns(**columns: Column) -> dict:
+    catalogue = demo_catalogue()
+    products = catalogue["products"]
+    return {**catalogue, "products": replace(products, columns={**products.columns, **columns})}
+
+
+def test_a_column_added_at_the_source_is_mapped_from_the_catalogue(sink, es, spark):
     alias = sink.alias("products")
-    sink.write([PRODUCT])
-    (before,) = es.indices.get_mapping(index=alias).values()
-    assert "weight" not in before["mappings"]["properties"]
-
-    altered = replace(
-        product((200, 1), key=8, weight=Decimal("1.250"), launched=True),
-        columns={**PRODUCT.columns, "weight": ColumnType("NUMERIC", 8, 3), "launched": ColumnType("BOOL")},
-    )
-    assert sink.write([altered]) == []
-    (after,) = es.indices.get_mapping(index=alias).values()
-    assert after["mappings"]["properties"]["weight"] == {"type": "double"}
-    assert after["mappings"]["properties"]["launched"] == {"type": "boolean"}
-    assert source(es, alias, "8")["weight"] == "1.250"
+    apply(sink, spark, [product((1, 0))])
+    assert "weight" not in next(iter(es.indices.get_mapping(index=alias).values()))["mappings"]["properties"]
+    grown = with_columns(weight=Column("weight", "NUMERIC", 8, 3), launched=Column("launched", "BOOL"))
+    assert apply(sink, spark, [product((200, 1), key=8, weight="1.250", launched="true")], grown) == {}
+    props = next(iter(es.indices.get_mapping(index=alias).values()))["mappings"]["properties"]
+    assert props["weight"] == {"type": "double"} and props["launched"] == {"type": "boolean"}
+    assert source(es, alias, "8")["weight"] == "1.250" and source(es, alias, "8")["launched"] is True
 
 
-def test_incompatible_changes_are_rejected_and_the_rest_of_the_chunk_is_applied(sink, es):
+def test_incompatible_changes_are_rejected_and_the_rest_is_applied(sink, es, spark):
     alias = sink.alias("products")
-    sink.write([product((1, 1), key=1)])  # attributes.dims.h is now mapped as long
-    bad_value = product((2, 1), key=2, attributes={"dims": {"h": "tall"}})
-    bad_column = replace(  # a quoted column name with a dot collides with the keyword field sku
-        product((2, 2), key=3, **{"sku.code": "x"}), columns={**PRODUCT.columns, "sku.code": ColumnType("TEXT")}
-    )
-    good = product((2, 3), key=4, name="fine")
-
-    rejected = sink.write([bad_value, bad_column, good, product((2, 4), key=1, op="d")])
-
-    assert {r.change.key["id"] for r in rejected} == {2, 3}
-    reasons = {r.change.key["id"]: r.reason for r in rejected}
-    assert "document_parsing_exception" in reasons[2]
-    assert "mapping conflict on sku.code" in reasons[3]
+    apply(sink, spark, [product((1, 1), key=1)])  # attributes.dims.h is now mapped as long
+    bad_value = product((2, 1), key=2, attributes='{"dims": {"h": "tall"}}')
+    # A quoted column name with a dot collides with the keyword field sku: it cannot be mapped.
+    bad_column = product((2, 2), key=3, **{"sku.code": "x"})
+    rejected = apply(sink, spark, [bad_value, bad_column, product((2, 3), key=4, name="fine"),
+                                   product((2, 4), key=1, op="d")], with_columns(**{"sku.code": Column("sku.code", "TEXT")}))
+    assert set(rejected) == {0, 1}
+    assert "document_parsing_exception" in rejected[0] and "mapping conflict on sku.code" in rejected[1]
     assert source(es, alias, "4")["name"] == "fine"
     assert source(es, alias, "1") is None and source(es, alias, "2") is None
 
 
-def test_a_composite_key_is_a_json_list_id(sink, es):
-    alias = sink.alias("order_items")
-    delete = fixture("order_items_delete")
-    row = {"order_id": 7, "line_no": 2, "product_id": 1, "quantity": 3, "unit_price": Decimal("4.10")}
-    insert = replace(delete, op="c", key={"order_id": 7, "line_no": 2}, after=row, sequence=(5, 5))
-    assert sink.write([insert]) == []
+def test_a_composite_key_is_a_json_list_id(sink, es, spark):
+    alias, key = sink.alias("order_items"), {"order_id": "7", "line_no": "2"}
+    row = {**key, "product_id": "1", "quantity": "3", "unit_price": "4.10"}
+    assert apply(sink, spark, [change((5, 5), op="c", table="order_items", key=key, after=row)]) == {}
     assert source(es, alias, "[7,2]")["unit_price"] == "4.10"
-
-    assert sink.write([replace(delete, key={"order_id": 7, "line_no": 2}, sequence=(6, 6))]) == []
+    assert apply(sink, spark, [change((6, 6), op="d", table="order_items", key=key)]) == {}
     assert source(es, alias, "[7,2]") is None
     assert source(es, TOMBSTONES, f"{alias}/[7,2]")[VERSION_MAJOR] == 6
 
 
-def test_a_rebuild_fills_a_new_version_and_the_alias_swaps_atomically(sink, es):
+def test_a_rebuild_fills_a_new_version_and_the_alias_swaps_atomically(sink, es, spark):
     alias = sink.alias("products")
-    sink.write([product((1, 1), key=1), product((1, 2), key=2)])
-
+    apply(sink, spark, [product((1, 1), key=1), product((1, 2), key=2)])
     index = sink.create_version(alias)
     assert index == f"{alias}-v2"
     (old_mapping,) = es.indices.get_mapping(index=f"{alias}-v1").values()
     assert es.indices.get_mapping(index=index)[index] == old_mapping
 
     rebuild = ElasticsearchSink(sink.url, sink.pipeline, targets={"products": index})
-    assert rebuild.write([product((1, 1), key=1), product((1, 2), key=2)]) == []
-    sink.write([product((3, 0), key=2, op="d")])  # the live index deletes a row the rebuild already copied
-    assert rebuild.write([product((3, 0), key=2, op="d")]) == []
+    rebuild.setup(spark, demo_catalogue())
+    assert apply(rebuild, spark, [product((1, 1), key=1), product((1, 2), key=2)]) == {}
+    apply(sink, spark, [product((3, 0), key=2, op="d")])  # the live index deletes a row the rebuild copied
+    assert apply(rebuild, spark, [product((3, 0), key=2, op="d")]) == {}
     assert source(es, index, "2") is None, "the replayed delete removes the copy (its tombstone is shared)"
 
     sink.swap_alias(alias, index)
     assert set(es.indices.get_alias(name=alias)) == {index}
     assert source(es, alias, "1") is not None
-    sink.setup()
+    sink.setup(spark, demo_catalogue())
     assert set(es.indices.get_alias(name=alias)) == {index}, "setup keeps an existing alias's target"
     assert sink.create_version(alias) == f"{alias}-v3"
 
 
-def test_concurrent_writers_of_the_same_rows_converge_on_the_newest_version(sink, es):
-    """Executors racing on one row (a rebuild beside the live query, a retried task) meet 409s and re-read."""
+def test_concurrent_writers_of_the_same_rows_converge_on_the_newest_version(sink, es, spark):
+    """Jobs racing on one row (a rebuild beside the live query, a retried task) meet 409s and re-read."""
     alias, rnd = sink.alias("products"), random.Random(7)
     history = {key: [product((v, key), key=key, op="d" if v % 4 == 0 else "u", name=f"v{v}") for v in range(1, 9)]
                for key in range(1, 6)}
     deliveries = []
-    for _ in range(4):
+    for _ in range(3):
         events = [event for events in history.values() for event in events]
         rnd.shuffle(events)
         deliveries.append(events)
 
-    def deliver(events: list[Change]) -> list:
-        return [r for i in range(0, len(events), 5) for r in sink.write(events[i:i + 5])]
+    def deliver(events: list[dict]) -> list:
+        return [r for i in range(0, len(events), 10) for r in apply(sink, spark, events[i:i + 10])]
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=3) as pool:
         assert all(rejected == [] for rejected in pool.map(deliver, deliveries))
-
     for key, events in history.items():
-        newest = events[-1]
-        doc = source(es, alias, str(key))
-        if newest.is_delete:
+        newest, doc = events[-1], source(es, alias, str(key))
+        if newest["op"] == "d":
             assert doc is None
         else:
-            assert doc is not None and (doc[VERSION_MAJOR], doc["name"]) == (newest.sequence[0], newest.after["name"])
+            assert doc is not None and (doc[VERSION_MAJOR], doc["name"]) == (newest["version"]["major"], newest["after"]["name"])
 
 
-def test_a_truncate_racing_with_writers_on_other_executors_leaves_nothing_below_it(sink, es):
-    """Spark may apply a table's truncate and its rows in different partitions at the same time."""
+def test_a_truncate_racing_with_writers_leaves_nothing_below_it(sink, es, spark):
+    """Spark may apply a table's truncate and its rows in different tasks at the same time."""
     alias, watermark = sink.alias("products"), (1000, 0)
     started = threading.Event()
 
     def writer(seed: int) -> None:
         rnd = random.Random(seed)
-        for batch in range(20):
-            if batch == 5:
+        for batch in range(6):
+            if batch == 2:
                 started.set()  # the truncate lands while rows are still being written
-            sink.write([product((rnd.randint(1, 999), 0), key=seed * 10_000 + batch * 10 + i) for i in range(10)])
+            apply(sink, spark, [product((rnd.randint(1, 999), 0), key=seed * 10_000 + batch * 10 + i) for i in range(10)])
 
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        writers = [pool.submit(writer, seed) for seed in (1, 2, 3)]
-        assert started.wait(timeout=60)
-        assert sink.write([replace(PRODUCT, op="t", key={}, after=None, sequence=watermark)]) == []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        writers = [pool.submit(writer, seed) for seed in (1, 2)]
+        assert started.wait(timeout=300)
+        assert apply(sink, spark, [change(watermark, op="t")]) == {}
         for done in writers:
             done.result()  # re-raises a writer's failure
-
     es.indices.refresh(index=alias)
     assert es.count(index=alias, query=below(watermark))["count"] == 0

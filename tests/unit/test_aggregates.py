@@ -14,7 +14,8 @@ import yaml
 from services.verify.aggregates import figures_text, oracle_query
 from spark_jobs import config
 from spark_jobs.config import PipelineConfigError
-from spark_jobs.sinks.redis import aggregate_spec, row_scripts
+from spark_jobs.sinks.redis._scripts import aggregate_spec, row_scripts
+from tests.demo_catalogue import demo_catalogue
 
 SHIPPED = yaml.safe_load(config.DEFAULT_PATH.read_text())
 
@@ -38,8 +39,10 @@ def units_sold(**changes) -> dict:
 
 
 def error(tmp_path: Path, aggregates: dict, tables: dict | None = None) -> str:
+    """What `tide jobs start` (and the jobs) say of the declaration, checked against the schema."""
+    path = pipeline_file(tmp_path, aggregates, tables)
     with pytest.raises(PipelineConfigError) as caught:
-        config.load(pipeline_file(tmp_path, aggregates, tables))
+        config.check_schema(config.load(path), demo_catalogue(), path)
     message = str(caught.value)
     assert "\n" not in message, "one line"
     assert message.startswith(str(tmp_path / "pipeline.yaml")), "names the file"
@@ -47,7 +50,7 @@ def error(tmp_path: Path, aggregates: dict, tables: dict | None = None) -> str:
 
 
 def test_the_shipped_declaration_resolves_to_exact_scales_and_the_join_key():
-    stats, top = config.load().aggregate_plans()
+    stats, top = config.load().aggregate_plans(demo_catalogue())
     assert (stats.name, stats.table, stats.group_by, stats.key("42")) == ("customer_stats", "orders", "customer_id", "customer:42:stats")
     assert [(m.field, m.column, m.scale) for m in stats.measures] == [("order_count", None, 0), ("paid_total", "total", 2)]
     assert stats.measures[1].where[0].values == ("paid", "shipped")
@@ -92,9 +95,9 @@ def test_two_aggregates_on_one_key_are_refused(tmp_path):
 
 
 def test_the_scripts_get_condition_values_as_the_rows_store_them_and_no_nulls():
-    spec = aggregate_spec(config.load().aggregate_plans(), "p:")
+    spec = aggregate_spec(config.load().aggregate_plans(demo_catalogue()), "p:")
     stats, top = spec["aggregates"]
-    assert stats["measures"][1]["where"][0]["values"] == ['"paid"', '"shipped"']
+    assert stats["measures"][1]["where"][0]["values"] == ["paid", "shipped"], "the text the row hashes hold"
     assert "column" not in stats["measures"][0] and "join" not in stats
     assert top["join"] == {"table": "orders", "column": "order_id"}
     assert spec["edges"] == [{"table": "order_items", "column": "order_id"}]
@@ -105,7 +108,7 @@ def test_the_scripts_get_condition_values_as_the_rows_store_them_and_no_nulls():
 
 
 def test_the_oracle_is_the_definition_in_sql():
-    stats, top = config.load().aggregate_plans()
+    stats, top = config.load().aggregate_plans(demo_catalogue())
     assert oracle_query(stats, "public").as_string(None) == (
         'SELECT "r"."customer_id", count(*) FILTER (WHERE true), '
         """coalesce(sum("r"."total") FILTER (WHERE "r"."status" IN ('paid', 'shipped')), 0) """
@@ -119,7 +122,7 @@ def test_the_oracle_is_the_definition_in_sql():
 
 
 def test_figures_compare_as_exact_text_whichever_store_they_come_from():
-    stats, top = config.load().aggregate_plans()
+    stats, top = config.load().aggregate_plans(demo_catalogue())
     from_sql = figures_text(stats, [3, Decimal("129.9")])
     assert from_sql == figures_text(stats, ["3", "129.90"]) == '{"order_count": "3", "paid_total": "129.90"}'
     assert figures_text(stats, ["3", "129.91"]) != from_sql

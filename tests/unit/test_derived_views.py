@@ -15,40 +15,17 @@ from hypothesis import strategies as st
 
 from services.verify.derived import check_history_row, compare_figures
 from services.verify.reconcile import Tally
-from spark_jobs.changes import Change
-from spark_jobs.aggregates import demo_catalogue
+from tests.demo_catalogue import demo_catalogue
 from spark_jobs.config import PipelineConfigError, WindowSpec, load
 from spark_jobs.event_windows import EPOCH, aggregate, window_starts
-from spark_jobs.scd2 import intervals, row_versions
+from spark_jobs.scd2 import intervals
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
 PIPELINE = Path(__file__).resolve().parents[2] / "pipeline.yaml"
 
 
-def change(seq, op="u", key=1, unavailable=(), **values):
-    after = None if op in ("d", "t") else {"id": key, "name": f"v{seq}", "description": f"text {seq}", **values}
-    if after:
-        after = {c: v for c, v in after.items() if c not in unavailable}
-    return Change(table="products", op=op, key={} if op == "t" else {"id": key}, before=None, after=after,
-                  sequence=seq, lsn=seq[1], tx_id=None, commit_ts_ms=None, snapshot=None,
-                  unavailable=frozenset(unavailable))
-
-
 # ---- SCD2
-
-
-def test_row_versions_keeps_each_version_once_in_commit_order_and_fills_unchanged_toast():
-    first, second, third = change((1, 1), "c"), change((2, 1), unavailable={"description"}), change((3, 1), "d")
-    other = change((2, 2), key=2)
-    found = row_versions([third, second, other, first, second])
-    assert [(c.key["id"], c.sequence) for c in found] == [(1, (1, 1)), (1, (2, 1)), (1, (3, 1)), (2, (2, 2))]
-    assert found[1].after["description"] == "text (1, 1)" and found[1].unavailable == frozenset()
-
-
-def test_a_version_after_a_delete_inherits_nothing():
-    found = row_versions([change((1, 1), "c"), change((2, 1), "d"), change((3, 1), "c", unavailable={"description"})])
-    assert "description" not in found[2].after and found[2].unavailable == {"description"}
 
 
 def test_intervals_chain_each_version_to_the_next_and_only_a_live_newest_is_current():
@@ -120,13 +97,11 @@ def test_the_demo_pipeline_declares_history_and_windows():
 
 
 def test_the_analytics_query_reads_the_history_and_windowed_tables_and_owns_folders_apart_from_the_warehouse():
-    from spark_jobs.pipeline import tables_with_view
-    from spark_jobs.sinks.delta import DeltaSink
-    from spark_jobs.sinks.delta_analytics import AnalyticsSink
+    from spark_jobs.sinks.delta import AnalyticsSink, WarehouseSink
 
     pipeline = load(PIPELINE)
-    assert tables_with_view(pipeline, "analytics") == ["customers", "products", "orders"]
-    warehouse, analytics = DeltaSink("/w", pipeline).folders(), AnalyticsSink("/w", pipeline).folders()
+    assert pipeline.sink_tables("analytics") == ["customers", "products", "orders"]
+    warehouse, analytics = WarehouseSink("/w", pipeline).folders(), AnalyticsSink("/w", pipeline).folders()
     assert not set(warehouse) & set(analytics), "a rebuild of one must not clear the other's tables"
     named = {folder.removeprefix("/w/") for folder in warehouse + analytics}
     assert set(pipeline.warehouse_tables()) <= named, "every table the API serves is cleared by one rebuild"

@@ -8,9 +8,10 @@ import pytest
 import yaml
 
 from spark_jobs import config
-from spark_jobs.changes import Change
-from spark_jobs.config import PipelineConfig, PipelineConfigError, nested_column_errors, schema_columns
-from spark_jobs.sinks.nested import REFS, Touch, build, mapping, sort_key, touches
+from spark_jobs.config import PipelineConfig, PipelineConfigError, nested_column_errors
+from spark_jobs.sinks.elasticsearch._nested import REFS, build, mapping, sort_key, touches
+from tests.demo_catalogue import demo_catalogue
+from tests.unit.spark_frames import change, frame
 
 PIPELINE = config.load()
 RAW = yaml.safe_load(config.DEFAULT_PATH.read_text())
@@ -30,8 +31,9 @@ def items(raw: dict) -> dict:
 
 
 def error_of(tmp_path, edit) -> str:
+    """What loading the file, then checking it against the schema (as the jobs do at start), says."""
     with pytest.raises(PipelineConfigError) as caught:
-        with_nested(tmp_path, edit)
+        config.check_schema(with_nested(tmp_path, edit), demo_catalogue())
     message = str(caught.value)
     assert "\n" not in message
     return message
@@ -87,43 +89,44 @@ def test_a_nested_index_name_may_not_be_a_flat_index(tmp_path):
 def test_an_excluded_column_is_not_a_field():
     pipeline = PIPELINE.model_copy(update={"tables": {
         **PIPELINE.tables, "customers": PIPELINE.tables["customers"].model_copy(update={"exclude_columns": ["email"]})}})
-    assert any("customers has no column email" in e for e in nested_column_errors(pipeline, schema_columns()))
+    columns = {table: set(schema.columns) for table, schema in demo_catalogue().items()}
+    assert any("customers has no column email" in e for e in nested_column_errors(pipeline, columns))
 
 
-# ---- touches ---------------------------------------------------------------------------------------
+# ---- touches (Spark SQL) -------------------------------------------------------------------------------
 
 
-def change(table: str, key: dict, after: dict | None, op: str = "u") -> Change:
-    return Change(table=table, op=op, key=key, before=None, after=after, sequence=(1, 1), lsn=1,
-                  tx_id=None, commit_ts_ms=None, snapshot=None)
+def found(spark, *rows) -> set[tuple[str, str, str]]:
+    return {(t["view"], t["kind"], t["value"]) for t in touches(frame(spark, list(rows)), PIPELINE.nested).collect()}
 
 
-def found(c: Change) -> set[tuple[str, str]]:
-    return {(t.kind, t.value) for t in touches(PIPELINE.nested, c)}
+def test_a_root_change_names_its_own_document(spark):
+    assert found(spark, change((1, 1), table="orders", key=7, after={"id": "7", "customer_id": "3"})) == {
+        ("orders", "ref", "orders:7"), ("orders", "root", "7")}
 
 
-def test_a_root_change_names_its_own_document():
-    assert found(change("orders", {"id": 7}, {"id": 7, "customer_id": 3})) == {("ref", "orders:7"), ("root", "7")}
+def test_a_parent_change_finds_the_documents_that_reference_it(spark):
+    assert found(spark, change((1, 1), table="customers", key=3, after={"id": "3", "name": "x"})) == {
+        ("orders", "ref", "customers:3")}
+    assert found(spark, change((1, 1), table="products", key=5, op="d")) == {("orders", "ref", "products:5")}
 
 
-def test_a_parent_change_finds_the_documents_that_reference_it():
-    assert found(change("customers", {"id": 3}, {"id": 3, "name": "x"})) == {("ref", "customers:3")}
-    assert found(change("products", {"id": 5}, None, op="d")) == {("ref", "products:5")}
+def test_a_child_names_the_root_of_its_new_image_and_is_found_where_it_was(spark):
+    key = {"order_id": "7", "line_no": "2"}
+    moved = change((1, 1), table="order_items", key=key, after={"order_id": "8", "line_no": "2", "product_id": "5"})
+    assert found(spark, moved) == {("orders", "ref", "order_items:[7,2]"), ("orders", "ref", "orders:8"),
+                                   ("orders", "root", "8")}
+    assert found(spark, change((1, 1), table="order_items", key=key, op="d")) == {("orders", "ref", "order_items:[7,2]")}
 
 
-def test_a_child_names_the_root_of_its_new_image_and_is_found_where_it_was():
-    moved = change("order_items", {"order_id": 7, "line_no": 2}, {"order_id": 8, "line_no": 2, "product_id": 5})
-    assert found(moved) == {("ref", "order_items:[7,2]"), ("ref", "orders:8"), ("root", "8")}
-    deleted = change("order_items", {"order_id": 7, "line_no": 2}, None, op="d")
-    assert found(deleted) == {("ref", "order_items:[7,2]")}
+def test_a_truncate_finds_every_document_with_a_row_of_the_table(spark):
+    assert found(spark, change((1, 1), table="customers", op="t")) == {("orders", "prefix", "customers:")}
 
 
-def test_a_truncate_finds_every_document_with_a_row_of_the_table():
-    assert touches(PIPELINE.nested, change("customers", {}, None, op="t")) == [Touch("orders", "prefix", "customers:")]
-
-
-def test_a_table_outside_every_view_touches_nothing():
-    assert touches(PIPELINE.nested, change("heartbeat", {"id": 1}, {"id": 1})) == []
+def test_a_table_outside_every_view_touches_nothing_and_repeats_count_once(spark):
+    assert found(spark, change((1, 1), table="heartbeat", key=1, after={"id": "1"})) == set()
+    twice = [change((1, 1), table="customers", key=3), change((2, 1), table="customers", key=3, offset=1)]
+    assert len(touches(frame(spark, twice), PIPELINE.nested).collect()) == 1
 
 
 # ---- assembly ---------------------------------------------------------------------------------------

@@ -1,109 +1,117 @@
-"""The Redis sink's pure parts: value encoding, key names, version arguments. No network."""
+"""The cache sink's pure parts: the stored text and how readers type it again, key names, and the
+script arguments Spark SQL builds per change (parsed back from their wire format). No Redis."""
 
 from __future__ import annotations
 
 import pickle
-from datetime import UTC, date, datetime, timedelta, timezone
-from decimal import Decimal
 
 import pytest
 
 from spark_jobs import config
-from spark_jobs.changes import Change
-from spark_jobs.config import CacheView, PipelineConfig, TableConfig, WarehouseView
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.redis import (
-    MAX_EXACT_VERSION,
     RedisSink,
+    columns_key,
     decode_row,
-    encode_value,
     glob_escape,
-    row_fields,
     row_key,
     tombstone_key,
-    version_args,
+    typed_value,
     watermark_key,
 )
+from spark_jobs.sinks.redis._commands import commands
+from spark_jobs.sinks.redis._scripts import MAX_EXACT_VERSION, ROW_FIXED_ARGS
+from tests.unit.spark_frames import change, frame
 
 
-def change(seq=(5, 7), after=None, commit_ts_ms=1_700_000_000_123):
-    return Change(
-        table="products", op="u", key={"id": 1}, before=None, after={"id": 1} if after is None else after,
-        sequence=seq, lsn=None, tx_id=None, commit_ts_ms=commit_ts_ms, snapshot=None,
-    )
-
-
-@pytest.mark.parametrize(
-    ("value", "encoded"),
-    [
-        (Decimal("12.50"), '"12.50"'),  # a JSON string keeps the scale and every digit
-        (Decimal("12345678901234567890.000000001"), '"12345678901234567890.000000001"'),
-        (datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=UTC), '"2026-01-02T03:04:05.006000+00:00"'),
-        (datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2))), '"2026-01-02T03:04:05+02:00"'),
-        (date(2026, 1, 2), '"2026-01-02"'),
-        ({"color": "blue", "dims": {"h": 10}}, '{"color":"blue","dims":{"h":10}}'),
-        (["kitchen", None, "blue"], '["kitchen",null,"blue"]'),
-        (None, "null"),
-        (42, "42"),
-        (True, "true"),
-        ("Ada «é»", '"Ada «é»"'),
-        (b"\x00\xff", '"AP8="'),
-    ],
-)
-def test_values_are_json_text(value, encoded):
-    assert encode_value(value) == encoded
-
-
-def test_values_json_cannot_carry_are_refused():
-    with pytest.raises(ValueError):
-        encode_value(float("nan"))
-    with pytest.raises(TypeError):
-        encode_value(object())
-
-
-def test_a_stored_hash_decodes_back_to_values():
-    fields = row_fields(change(after={"id": 1, "price": Decimal("3.10"), "tags": ["a"], "meta": {"k": [1]}}))
-    stored = {name.encode(): value.encode() for name, value in zip(fields[0::2], fields[1::2])}
-    assert decode_row(stored) == {
-        "id": 1, "price": "3.10", "tags": ["a"], "meta": {"k": [1]},
-        VERSION_MAJOR: 5, VERSION_MINOR: 7, COMMIT_TS: "2023-11-14T22:13:20.123+00:00",
-    }
-
-
-def test_metadata_fields_are_decimal_strings():
-    fields = dict(zip(*[iter(row_fields(change(seq=(2**52, 3), commit_ts_ms=None)))] * 2))
-    assert fields[VERSION_MAJOR] == str(2**52) and fields[VERSION_MINOR] == "3"
-    assert fields[COMMIT_TS] == "null"
-
-
-def test_a_column_named_like_metadata_is_refused():
-    with pytest.raises(ValueError, match="metadata prefix"):
-        row_fields(change(after={"id": 1, VERSION_MAJOR: 9}))
-
-
-def test_versions_beyond_what_lua_compares_exactly_are_refused():
-    assert version_args(change(seq=(MAX_EXACT_VERSION - 1, 0))) == [str(MAX_EXACT_VERSION - 1), "0"]
-    with pytest.raises(ValueError, match="2\\^53"):
-        version_args(change(seq=(MAX_EXACT_VERSION, 0)))
+def resp_arguments(blob: bytes) -> list[str]:
+    """RESP bulk strings ($<length>\\r\\n<bytes>\\r\\n ...) back to their texts."""
+    found, at = [], 0
+    while at < len(blob):
+        assert blob[at:at + 1] == b"$", blob[at:at + 20]
+        end = blob.index(b"\r\n", at)
+        length = int(blob[at + 1:end])
+        found.append(blob[end + 2:end + 2 + length].decode())
+        assert blob[end + 2 + length:end + 4 + length] == b"\r\n"
+        at = end + 4 + length
+    return found
 
 
 def test_key_names():
-    assert row_key("customers", "42") == "customers:42"
-    assert row_key("order_items", "[7,2]", prefix="t1:") == "t1:order_items:[7,2]"
-    assert tombstone_key("customers", "42", "t1:") == "t1:tideline:tombstone:customers:42"
-    assert watermark_key("customers", "t1:") == "t1:tideline:truncated:customers"
-
-
-def test_glob_escape_makes_scan_patterns_literal():
+    assert row_key("orders", "7", "p:") == "p:orders:7"
+    assert tombstone_key("orders", "7") == "tideline:tombstone:orders:7"
+    assert watermark_key("orders") == "tideline:truncated:orders"
+    assert columns_key("orders", "p:") == "p:tideline:columns:orders"
     assert glob_escape("a*b?[c]\\") == "a\\*b\\?\\[c\\]\\\\"
-    assert glob_escape("order_items") == "order_items"
 
 
-def test_sink_pickles_and_keeps_only_tables_with_a_cache_view():
-    pipeline = PipelineConfig(
-        tables={"customers": TableConfig(cache=CacheView()), "audit": TableConfig(warehouse=WarehouseView())}
-    )
-    sink = pickle.loads(pickle.dumps(RedisSink("redis://cache:6379/0", pipeline, key_prefix="p:")))
-    assert (sink.url, sink.key_prefix, sink.tables) == ("redis://cache:6379/0", "p:", frozenset({"customers"}))
-    assert RedisSink("redis://x", config.load()).tables == {"customers", "products", "orders", "order_items"}
+@pytest.mark.parametrize(
+    ("text", "type_name", "value"),
+    [
+        ("42", "INT8", 42), ("1.5", "FLOAT8", 1.5), ("NaN", "FLOAT8", "NaN"), ("true", "BOOL", True),
+        ("false", "BOOL", False), ("12.50", "NUMERIC", "12.50"), ('["a","b"]', "_TEXT", ["a", "b"]),
+        ('{"x": [1]}', "JSONB", {"x": [1]}), ("2024-01-01T10:00:00.123456Z", "TIMESTAMPTZ", "2024-01-01T10:00:00.123456Z"),
+        ("paid", "ORDER_STATUS", "paid"), ("text", None, "text"),
+    ],
+)
+def test_stored_text_is_typed_again_by_the_column_type(text, type_name, value):
+    assert typed_value(text, type_name) == value
 
+
+def test_a_stored_hash_reads_back_as_a_typed_row_with_absent_fields_as_null():
+    fields = {b"id": b"1", b"price": b"12.50", b"tags": b'["a"]', VERSION_MAJOR.encode(): b"5"}
+    row = decode_row(fields, {"id": "INT8", "price": "NUMERIC", "tags": "_TEXT", "sku": "TEXT"})
+    assert row == {"id": 1, "price": "12.50", "tags": ["a"], "sku": None, VERSION_MAJOR: "5"}
+
+
+def test_the_sink_pickles_with_plain_settings():
+    sink = RedisSink("redis://localhost:1/0", config.load(), key_prefix="p:")
+    assert pickle.loads(pickle.dumps(sink)).key_prefix == "p:"
+
+
+def _commands(spark, rows):
+    return {r["origin"]["offset"]: r.asDict(recursive=True) for r in commands(frame(spark, rows), "p:").collect()}
+
+
+def test_an_upsert_is_its_keys_version_and_text_fields_without_nulls(spark):
+    row = _commands(spark, [change((5, 7), key=3, after={"id": "3", "name": "Ada", "sku": None})])[0]
+    args = resp_arguments(row["args"])
+    assert row["arg_count"] == len(args) and int(args[0]) == len(args) - 1
+    assert args[1:12] == ["p:products:3", "p:tideline:tombstone:products:3", "p:tideline:truncated:products", "", "",
+                          "u", "5", "7", "products", "3", "0"]
+    fields = dict(zip(args[12::2], args[13::2]))
+    assert fields == {"id": "3", "name": "Ada", VERSION_MAJOR: "5", VERSION_MINOR: "7",
+                      COMMIT_TS: "2024-01-01T00:00:00.000Z"}, "NULL is an absent field"
+    assert len(args) == 1 + ROW_FIXED_ARGS + 2 * len(fields)
+
+
+def test_unavailable_and_filled_columns_are_sent_with_the_version_the_stored_row_must_reach(spark):
+    partial = change((6, 0), key=1, after={"id": "1", "name": "b"}, unavailable=("description",))
+    partial["filled"] = {"attributes": {"major": 5, "minor": 1}}
+    args = resp_arguments(_commands(spark, [partial])[0]["args"])
+    kept = int(args[11])
+    assert kept == 2
+    triples = {args[i]: (args[i + 1], args[i + 2]) for i in range(12, 12 + 3 * kept, 3)}
+    assert triples == {"description": ("0", "0"), "attributes": ("5", "1")}
+
+
+def test_deletes_name_the_move_and_creates_the_old_key(spark):
+    rows = _commands(spark, [
+        {**change((5, 1), op="d", key=7), "moved": True},
+        change((5, 2), op="c", key=8, old_row_id="7", offset=1),
+        change((5, 3), op="d", key=9, offset=2),
+    ])
+    moved, created, deleted = (resp_arguments(rows[i]["args"]) for i in range(3))
+    assert moved[6] == "m" and deleted[6] == "d" and len(deleted) == 1 + ROW_FIXED_ARGS
+    assert created[4:6] == ["p:products:7", "p:tideline:tombstone:products:7"]
+
+
+def test_truncates_pass_through_and_bad_rows_carry_their_reason(spark):
+    rows = _commands(spark, [
+        change((5, 1), op="t"),
+        change((5, 2), key=2, after={"id": "2", "tl_x": "1"}, offset=1),
+        change((MAX_EXACT_VERSION, 0), key=3, offset=2),
+    ])
+    assert rows[0]["op"] == "t" and rows[0]["args"] is None and rows[0]["error"] is None
+    assert "clashes with the sink's metadata prefix" in rows[1]["error"]
+    assert "cannot be compared exactly in Lua" in rows[2]["error"]

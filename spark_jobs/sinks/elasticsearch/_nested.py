@@ -1,7 +1,11 @@
 """Nested views: search documents that join a root row with its parents and children.
 
-Declared in pipeline.yaml (`nested:`), built by the search sink on the driver after each
-micro-batch's flat writes, from the sink's own version-guarded flat indices (the join state).
+Declared in pipeline.yaml (`nested:`), built by the search sink on the executors after each
+micro-batch's flat writes (a later stage of the same Spark job), from the sink's own version-guarded
+flat indices (the join state). Which documents a batch touches is computed by Spark SQL (`touches`);
+each touched document is then read and built whole in Python, one document at a time: a join over
+the flat indices, which only Elasticsearch holds (docs/apply.md counts this as the search sink's
+remaining Python per document).
 Why this stays correct for changes in any order across topics and batches: docs/sinks/elasticsearch.md,
 "Nested views".
 
@@ -14,16 +18,22 @@ new image); each is rebuilt whole from the flat state, and written only if it di
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from elasticsearch import Elasticsearch, helpers
 
-from spark_jobs.changes import Change
-from spark_jobs.config import ChildJoin, JoinNode, NestedView, node_table
-from spark_jobs.merge import doc_id
-from spark_jobs.sinks.elasticsearch import MAX_TRIES, ElasticsearchSinkError, Op, Stored, delete_op, write_op
+from spark_jobs.changes.envelope import row_id
+from spark_jobs.config import ChildJoin, JoinNode, NestedView, PipelineConfig, node_table
+from spark_jobs.sinks.elasticsearch import _store
+from spark_jobs.sinks.elasticsearch._store import MAX_TRIES, ElasticsearchSinkError, Stored
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
+
+Op = tuple[dict[str, Any], dict[str, Any] | None]  # a bulk header and its body (None for delete)
 
 REFS = "tl_refs"
 Row = dict[str, Any]
@@ -48,33 +58,40 @@ class Touch:
 
 def _join_value(row: Row | None, column: str) -> str | None:
     value = (row or {}).get(column)
-    return None if value is None else doc_id({column: value})
+    return None if value is None else row_id([value])
 
 
-def touches(views: Mapping[str, NestedView], change: Change) -> list[Touch]:
-    """Every lookup that finds the documents `change` can affect. A changed row's own ref finds the
-    documents it is in (renames, deletes, children moved away); a child's join column in its new image
-    finds the row it now belongs to (new children); a root's key names its own document."""
-    found: list[Touch] = []
+def touches(changes: DataFrame, views: Mapping[str, NestedView]) -> DataFrame:
+    """The distinct lookups (view, kind, value) that find the documents the changes can affect. A
+    changed row's own ref finds the documents it is in (renames, deletes, children moved away); a child's
+    join column in its new image finds the row it now belongs to (new children); a root's key names its
+    own document; a truncate finds every document holding a row of its table."""
+    from pyspark.sql import functions as F
+
+    found: list[Column] = []
     for name, view in views.items():
         for node, parent in _nodes_with_parent(view):
             table = node_table(node)
-            if table != change.table:
-                continue
-            if change.op == "t":
-                found.append(Touch(name, "prefix", ref(table, "")))
-                continue
-            row_id = doc_id(change.key)
-            found.append(Touch(name, "ref", ref(table, row_id)))
+            here = F.col("table") == table
+            own = F.concat(F.lit(f"{table}:"), F.col("row_id"))
+            found.append(_touch(name, "prefix", F.when(here & (F.col("op") == "t"), F.lit(f"{table}:"))))
+            rows = here & (F.col("op") != "t")
+            found.append(_touch(name, "ref", F.when(rows, own)))
             if isinstance(node, NestedView):
-                found.append(Touch(name, "root", row_id))
+                found.append(_touch(name, "root", F.when(rows, F.col("row_id"))))
             elif isinstance(node, ChildJoin) and parent is not None:
-                owner = _join_value(change.after, node.join_column)
-                if owner is not None:
-                    found.append(Touch(name, "ref", ref(node_table(parent), owner)))
-                    if isinstance(parent, NestedView):
-                        found.append(Touch(name, "root", owner))
-    return list(dict.fromkeys(found))
+                owner = F.when(rows, F.col("after")[node.join_column])
+                found.append(_touch(name, "ref", F.concat(F.lit(f"{node_table(parent)}:"), owner)))
+                if isinstance(parent, NestedView):
+                    found.append(_touch(name, "root", owner))
+    every = F.filter(F.array(*found), lambda touch: touch["value"].isNotNull())
+    return changes.select(F.explode(every).alias("t")).select("t.*").distinct()
+
+
+def _touch(view: str, kind: str, value: Column) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.struct(F.lit(view).alias("view"), F.lit(kind).alias("kind"), value.alias("value"))
 
 
 def _nodes_with_parent(view: NestedView) -> list[tuple[JoinNode, JoinNode | None]]:
@@ -132,13 +149,13 @@ def _finish(doc: Row, refs: set[str]) -> Row:
 
 def _attach(node: JoinNode, table: str, rows: dict[str, Row], state: FlatState) -> dict[str, tuple[Row, set[str]]]:
     """The documents of `rows` (rows of `table` at `node`) with their parents and children, and refs."""
-    built = {row_id: (_fields(row, node.fields), {ref(table, row_id)}) for row_id, row in rows.items()}
+    built = {rid: (_fields(row, node.fields), {ref(table, rid)}) for rid, row in rows.items()}
     for name, parent in node.parents.items():
-        wanted = {row_id: _join_value(row, parent.join_column) for row_id, row in rows.items()}
+        wanted = {rid: _join_value(row, parent.join_column) for rid, row in rows.items()}
         found = state.rows(parent.table, sorted({v for v in wanted.values() if v is not None}))
         parents = _attach(parent, parent.table, found, state)
-        for row_id, value in wanted.items():
-            doc, refs = built[row_id]
+        for rid, value in wanted.items():
+            doc, refs = built[rid]
             doc[name] = parents[value][0] if value in parents else None
             if value is not None:
                 refs.add(ref(parent.table, value))  # found or not: a late parent row finds this document
@@ -146,8 +163,8 @@ def _attach(node: JoinNode, table: str, rows: dict[str, Row], state: FlatState) 
     for name, child in getattr(node, "children", {}).items():
         found = state.referring(child.table, child.join_column, sorted(rows)) if rows else {}
         children = _attach(child, child.table, found, state)
-        for row_id in rows:
-            built[row_id][0][name] = []
+        for rid in rows:
+            built[rid][0][name] = []
         for child_id in sorted(found, key=sort_key):
             owner = _join_value(found[child_id], child.join_column)
             if owner in built:
@@ -176,7 +193,20 @@ def mapping(view: NestedView, flat: Callable[[str], Mapping[str, Any]]) -> dict[
     return {**properties(view), REFS: {"type": "keyword"}}
 
 
-# ---- the nested index (driver, after a batch's flat writes) ----------------------------------------
+# ---- the nested index (executors, after a batch's flat writes) ------------------------------------
+
+
+def write_op(index: str, doc_id: str, body: dict[str, Any], held: Stored | None) -> Op:
+    """Index `body` only if the document is still what was read (`create` if it was absent)."""
+    header: dict[str, Any] = {"_index": index, "_id": doc_id}
+    if held is None:
+        return {"create": header}, body
+    return {"index": {**header, "if_seq_no": held.seq_no, "if_primary_term": held.primary_term}}, body
+
+
+def delete_op(index: str, doc_id: str, held: Stored) -> Op:
+    """Delete only if the document is still what was read."""
+    return {"delete": {"_index": index, "_id": doc_id, "if_seq_no": held.seq_no, "if_primary_term": held.primary_term}}, None
 
 MAX_TERMS = 10_000  # values per terms query (Elasticsearch allows 65536)
 
@@ -256,7 +286,7 @@ class NestedIndex:
             return [delete_op(self.target, row_id, held)] if held else []
         if held is not None and held.source == wanted:
             return []  # unchanged (a replayed batch, or a change that does not show in this view)
-        return [write_op(self.target, row_id, wanted, held, alias_only=False)]
+        return [write_op(self.target, row_id, wanted, held)]
 
     def _bulk(self, ops: list[Op]) -> tuple[list[str], int]:
         if not ops:
@@ -289,3 +319,37 @@ def _missing(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
     """Whether `want` names a field (at any depth) that `have` lacks."""
     return any(name not in have or _missing(have[name].get("properties", {}), spec.get("properties", {}))
                for name, spec in want.items())
+
+
+class NestedBuilder:
+    """The mapInArrow function of the nested stage: settings only, so it pickles to executors. Each
+    Arrow batch of touches (view, kind, value) rebuilds the documents they reach; it yields no rows
+    (a document that cannot be written fails the batch, which is retried)."""
+
+    def __init__(self, url: str, pipeline: PipelineConfig, flat_targets: Mapping[str, str],
+                 nested_targets: Mapping[str, str], chunk: int = 1000) -> None:
+        self.url = url
+        self.pipeline = pipeline
+        self.flat_targets = dict(flat_targets)
+        self.nested_targets = dict(nested_targets)
+        self.chunk = chunk
+
+    def flat_target(self, table: str) -> str:
+        search = self.pipeline.tables[table].search
+        return self.flat_targets.get(table) or (search.index if search else None) or table
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        with _store.client(self.url) as es:
+            for batch in batches:
+                touched = [Touch(**item) for item in batch.to_pylist()]  # one per touched row, not per change
+                for name, view in self.pipeline.nested.items():
+                    mine = [touch for touch in touched if touch.view == name]
+                    if mine:
+                        target = self.nested_targets.get(name, name)
+                        if NestedIndex(es, view, target, self.flat_target, self.chunk).apply(mine):
+                            es.indices.refresh(index=target)  # searchable as soon as the batch is done
+                yield pa.RecordBatch.from_pylist([], schema=pa.schema([
+                    ("origin", pa.struct([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])),
+                    ("error", pa.string()), ("letter_value", pa.binary())]))

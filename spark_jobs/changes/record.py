@@ -1,17 +1,13 @@
-"""The one place Debezium's envelope is decoded: raw Kafka key/value bytes → a typed `Change`.
+"""Debezium records read in Python, one at a time: raw Kafka key/value bytes → a `Change`.
 
-Nothing downstream reads raw Debezium JSON. Values are typed from the schema
-Debezium sends with every record (JSON converter with schemas, and
-`column.propagate.source.type` so each field names its PostgreSQL type):
-NUMERIC arrives as an exact Decimal (Debezium sends it as a string with
-`decimal.handling.mode=string`), timestamptz as an aware datetime, jsonb as
-parsed JSON, arrays as lists, enums as strings.
+For inspection tools only (`tide tail`, status, chaos, snapshot checks): the apply jobs decode in the
+JVM (stream.py). Both are built from envelope.py. A record written without a schema (the connector's
+setting) keeps the values JSON gives (NUMERIC and times as text, jsonb as its text); a record of an
+older topic that carries Connect's schema is typed from it as before: NUMERIC as an exact Decimal,
+timestamptz as an aware datetime, jsonb as parsed JSON.
 
-Unchanged TOASTed columns arrive as Debezium's placeholder; they are removed
-from `after` and named in `unavailable`, so a sink merges them with what it
-holds and the placeholder never reaches a view. `spark_jobs.merge.newer` may
-fill them from an older change of the same batch; `filled` then says which
-version each filled value came from.
+Unchanged TOASTed columns arrive as Debezium's placeholder; they are removed from `after` and named
+in `unavailable`, so the placeholder never reaches a view.
 """
 
 from __future__ import annotations
@@ -24,9 +20,11 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
-UNAVAILABLE = "__debezium_unavailable_value"
+from spark_jobs.changes import envelope
+from spark_jobs.changes.envelope import UNAVAILABLE
+
 Op = Literal["r", "c", "u", "d", "t"]
-OPS: frozenset[str] = frozenset({"r", "c", "u", "d", "t"})
+OPS: frozenset[str] = frozenset(envelope.OPS)
 
 Row = dict[str, Any]
 
@@ -75,7 +73,7 @@ class Change:
     commit_ts_ms: int | None
     snapshot: str | None
     unavailable: frozenset[str] = field(default_factory=frozenset)
-    # Columns of `after` filled from an older change of the same row (`spark_jobs.merge.newer`), with the
+    # Columns of `after` filled from an older change of the same row (`spark_jobs/newest.py`), with the
     # version of the change each value came from: a sink holding that version or newer keeps its own.
     filled: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Source types of the after (or before) image's columns, for sinks that need explicit types.
@@ -125,8 +123,9 @@ def _converter(schema: dict[str, Any]) -> Callable[[Any], Any]:
 
 
 def _is_placeholder(value: Any) -> bool:
-    # Text columns carry the placeholder itself; array columns a one-element list of it.
-    return value == UNAVAILABLE or (isinstance(value, list) and value == [UNAVAILABLE])
+    # Text and json columns carry the placeholder itself, array columns a one-element list of it,
+    # bytea columns its base64 (envelope.UNAVAILABLE_FORMS).
+    return value in envelope.UNAVAILABLE_FORMS or (isinstance(value, list) and value == [UNAVAILABLE])
 
 
 def _row(payload: Row | None, schema: dict[str, Any] | None) -> tuple[Row | None, frozenset[str]]:
@@ -172,22 +171,10 @@ def _field_schema(envelope_schema: dict[str, Any] | None, name: str) -> dict[str
 
 
 def _sequence(source: Row) -> tuple[int, int]:
-    raw = source.get("sequence")
-    lsn = int(source.get("lsn") or 0)
-    if not raw:
-        return (0, lsn)
     try:
-        first, second = json.loads(raw)
+        return envelope.version(source.get("sequence"), source.get("lsn"), source.get("snapshot"))
     except (ValueError, TypeError) as exc:
-        raise DecodeError(f"source.sequence is not a two-element list: {raw!r}") from exc
-    second = int(second or lsn)
-    if first is None and source.get("snapshot") in (None, "false", False):
-        # The first transaction streamed after the initial snapshot: Debezium knows no earlier commit
-        # yet. It committed after the snapshot's point, so it must outrank every snapshot record (0, P),
-        # although its changes may sit below P in the WAL (begun before the slot was consistent).
-        # Its own LSN precedes its commit, which every later transaction carries first.
-        return (second, second)
-    return (int(first or 0), second)
+        raise DecodeError(f"source.sequence is not a two-element list: {source.get('sequence')!r}") from exc
 
 
 def _json(data: bytes, what: str) -> Any:
@@ -197,11 +184,17 @@ def _json(data: bytes, what: str) -> Any:
         raise DecodeError(f"{what} is not JSON: {exc}") from exc
 
 
+def _layout(document: Any) -> tuple[Any, Any]:
+    """(payload, schema) of a record written with Connect's schema, else (the document, None)."""
+    if isinstance(document, dict) and set(document) == {"schema", "payload"}:
+        return document["payload"], document["schema"]
+    return document, None
+
+
 def decode_key(key: bytes | None) -> Row:
     if key is None:
         return {}
-    document = _json(key, "key")
-    payload = document.get("payload", document) if isinstance(document, dict) else None
+    payload, _ = _layout(_json(key, "key"))
     if not isinstance(payload, dict):
         raise DecodeError("key is not a JSON object")
     return payload
@@ -217,10 +210,9 @@ def decode(
     """
     if value is None:
         return None
-    document = _json(value, "value")
-    if not isinstance(document, dict) or not isinstance(document.get("payload"), dict):
-        raise DecodeError("value has no Debezium payload object")
-    payload, schema = document["payload"], document.get("schema")
+    payload, schema = _layout(_json(value, "value"))
+    if not isinstance(payload, dict):
+        raise DecodeError("value is not a Debezium change event (not a JSON object)")
     op = payload.get("op")
     if op not in OPS:
         raise DecodeError(f"unknown op {op!r}")

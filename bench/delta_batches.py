@@ -1,0 +1,238 @@
+"""Spark jobs, stages and time per micro-batch of the warehouse and analytics queries, without Kafka.
+
+Synthetic Debezium records (the layout of tests/unit/fixtures/debezium_records.json: Connect's JSON
+with its schema, which both the JVM decoder and main's Python decoder read) are built in Spark SQL for
+the four demo tables and handed to the sink the way the query's foreachBatch does. Each batch runs in
+a job group; the status tracker lists its jobs and their stages.
+
+- this tree (`spark_jobs.sinks.delta.warehouse` exists): decode_stream → newest_per_row (persisted, as
+  the pipeline does for a sink that is not SINGLE_PASS) → `sink.write(Batch)` → a count of the
+  returned rejects, standing in for the pipeline's dead-letter write (one job either way);
+- main's tree: main's `BatchWriter("warehouse" | "analytics", ...)` itself, which decodes in Python.
+
+Usage (PYTHONPATH = the tree to measure):
+    python bench/delta_batches.py jobs --sink warehouse --batches 4 --rows 2000
+    python bench/delta_batches.py load --seed 1000000 --batch 50000 --batches 3 [--property k=v ...]
+Prints one JSON line per batch: rows, seconds, jobs, stages (run and skipped), load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(os.environ.get("TIDE_TREE", Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(ROOT))
+
+FIXTURES = json.loads((ROOT / "tests/unit/fixtures/debezium_records.json").read_text())
+TEMPLATES = {"orders": "orders_update", "order_items": "order_items_delete", "customers": "customers_snapshot",
+             "products": "products_insert"}
+SHARES = {"orders": 0.4, "order_items": 0.4, "customers": 0.1, "products": 0.1}
+
+
+def _schemas(name: str) -> tuple[str, str]:
+    record = next(r for r in FIXTURES if r["name"] == name)
+    return json.dumps(json.loads(record["value"])["schema"]), json.dumps(json.loads(record["key"])["schema"])
+
+
+def records(spark, table: str, first_key: int, count: int, op: str, major: int, keyspace: int | None = None):
+    """`count` Kafka-shaped records (topic, partition, offset, key, value) of `table`: keys from
+    `first_key` on (or random below `keyspace`), op 'r' (snapshot) or 'u'/'c'/'d', version (major, n)."""
+    from pyspark.sql import functions as F
+
+    value_schema, key_schema = _schemas(TEMPLATES[table])
+    ids = spark.range(count)
+    key = (F.col("id") + first_key) if keyspace is None else (F.rand(major) * keyspace).cast("bigint") + 1
+    rows = ids.select(key.alias("k"), F.col("id").alias("n"))
+    if keyspace is not None:
+        rows = rows.dropDuplicates(["k"])
+    stamp = F.lit("2026-11-22T06:55:32.386297Z")
+    after = {
+        "orders": F.struct(F.col("k").alias("id"), (F.col("k") % 1000).alias("customer_id"), F.lit("paid").alias("status"),
+                           F.format_string("%d.50", F.col("k") % 997).alias("total"), stamp.alias("created_at"), stamp.alias("updated_at")),
+        "order_items": F.struct(F.col("k").alias("order_id"), F.lit(1).alias("line_no"), (F.col("k") % 500).alias("product_id"),
+                                (F.col("k") % 7).alias("quantity"), F.lit("3.25").alias("unit_price")),
+        "customers": F.struct(F.col("k").alias("id"), F.concat(F.lit("c"), F.col("k"), F.lit("@x.io")).alias("email"),
+                              F.lit("Name").alias("name"), F.lit("FR").alias("country"), stamp.alias("created_at"), stamp.alias("updated_at")),
+        "products": F.struct(F.col("k").alias("id"), F.concat(F.lit("SKU-"), F.col("k")).alias("sku"), F.lit("Mug").alias("name"),
+                             F.repeat(F.lit("description "), 20).alias("description"), F.lit("12.50").alias("price"),
+                             F.array(F.lit("kitchen")).alias("tags"), F.lit('{"color": "blue"}').alias("attributes"),
+                             stamp.alias("updated_at")),
+    }[table]
+    keys = F.struct(F.col("k").alias("order_id"), F.lit(1).alias("line_no")) if table == "order_items" else F.struct(F.col("k").alias("id"))
+    lsn = F.lit(major * 10_000_000) + F.col("n")
+    sequence = F.to_json(F.array(F.lit(None).cast("string") if op == "r" else F.lit(str(major)), lsn.cast("string")))
+    source = F.struct(F.lit(table).alias("table"), lsn.alias("lsn"), sequence.alias("sequence"),
+                      F.lit("true" if op == "r" else "false").alias("snapshot"), F.lit(1_763_794_532_386).alias("ts_ms"),
+                      F.lit(1).alias("txId"))
+    payload = F.struct(F.lit(None).alias("before"), (F.lit(None) if op == "d" else after).alias("after"), source.alias("source"),
+                       F.lit(op).alias("op"))
+    value = F.concat(F.lit('{"schema":' + value_schema + ',"payload":'), F.to_json(payload), F.lit("}"))
+    key_json = F.concat(F.lit('{"schema":' + key_schema + ',"payload":'), F.to_json(keys), F.lit("}"))
+    return rows.select(F.lit(f"tideline.public.{table}").alias("topic"), (F.col("k") % 3).cast("int").alias("partition"),
+                       F.col("n").alias("offset"), key_json.cast("binary").alias("key"), value.cast("binary").alias("value"))
+
+
+def batch_records(spark, total: int, op: str, major: int, keyspace: int | None, tables: list[str], first_key: int = 1):
+    from functools import reduce
+
+    shares = {table: share for table, share in SHARES.items() if table in tables}
+    scale = 1 / sum(shares.values())
+    parts = [records(spark, table, first_key, max(1, int(total * share * scale)), op, major + index, keyspace)
+             for index, (table, share) in enumerate(shares.items())]
+    return reduce(lambda a, b: a.unionByName(b), parts)
+
+
+def _new_tree() -> bool:
+    try:
+        import spark_jobs.sinks.delta.warehouse  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class Runner:
+    """Applies one batch of Kafka-shaped records through the sink as the query would."""
+
+    def __init__(self, spark, sink_name: str, warehouse: str, properties: dict[str, str]) -> None:
+        from spark_jobs.config import load
+
+        self.spark, self.sink_name = spark, sink_name
+        pipeline = load(ROOT / "pipeline.yaml")
+        self.new = _new_tree()
+        if self.new:
+            from spark_jobs.sinks.delta import AnalyticsSink, WarehouseSink
+            from tests.demo_catalogue import demo_catalogue
+
+            self.catalogue = demo_catalogue()
+            self.sink = (WarehouseSink if sink_name == "warehouse" else AnalyticsSink)(warehouse, pipeline)
+            self._tables_properties(properties)
+            self.sink.setup(spark, self.catalogue)
+        else:
+            from spark_jobs.pipeline import BatchWriter
+            from spark_jobs.settings import JobSettings
+
+            settings = JobSettings(warehouse_dir=Path(warehouse), kafka_bootstrap="127.0.0.1:1")
+            self.writer = BatchWriter(sink_name, settings, pipeline)
+            self.writer.sink.setup(pipeline)
+
+    def _tables_properties(self, properties: dict[str, str]) -> None:
+        from spark_jobs.sinks.delta import _tables
+
+        _tables.TABLE_PROPERTIES.update(properties)
+
+    def apply(self, kafka, batch_id: int) -> None:
+        if not self.new:
+            self.writer(kafka, batch_id)
+            return
+        from pyspark.sql import functions as F
+
+        from spark_jobs.changes.stream import decode_stream
+        from spark_jobs.newest import newest_per_row
+        from spark_jobs.sinks.base import Batch, Capability
+
+        changes = decode_stream(kafka, self.sink.tables())
+        every = changes.persist() if self.sink.can(Capability.EVERY_CHANGE) else changes
+        newest = newest_per_row(every).persist()
+        try:
+            good = F.col("error").isNull()
+            rejected = self.sink.write(Batch(batch_id, self.spark, newest.where(good), every.where(good), self.catalogue))
+            letters = newest.where(~good).select("origin")
+            if rejected is not None:
+                letters = letters.unionByName(rejected.select("origin"))
+            letters.count()  # the pipeline's dead-letter write: one job
+        finally:
+            newest.unpersist()
+            every.unpersist()
+
+
+def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
+    sc = spark.sparkContext
+    group = f"bench-{batch_id}-{time.monotonic_ns()}"
+    sc.setJobGroup(group, "bench batch")
+    started = time.monotonic()
+    runner.apply(kafka, batch_id)
+    seconds = time.monotonic() - started
+    tracker = sc.statusTracker()
+    jobs = tracker.getJobIdsForGroup(group)
+    stages, ran = set(), set()
+    for job in jobs:
+        info = tracker.getJobInfo(job)
+        if info:
+            stages.update(info.stageIds)
+    for stage in stages:
+        info = tracker.getStageInfo(stage)
+        if info and info.numTasks and (info.numCompletedTasks + info.numFailedTasks) > 0:
+            ran.add(stage)
+    found = {"batch": batch_id, "rows": rows, "seconds": round(seconds, 2), "jobs": len(jobs), "stages": len(stages),
+             "stages_run": len(ran), "load": os.getloadavg()}
+    if os.environ.get("BENCH_DETAIL"):
+        names = {}
+        for job in sorted(jobs):
+            info = tracker.getJobInfo(job)
+            first = tracker.getStageInfo(max(info.stageIds)) if info and info.stageIds else None
+            name = first.name if first else "?"
+            names[name] = names.get(name, 0) + 1
+        found["by_callsite"] = names
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["jobs", "load"])
+    parser.add_argument("--sink", default="warehouse", choices=["warehouse", "analytics"])
+    parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--batches", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=1_000_000)
+    parser.add_argument("--seed-batch", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=50_000)
+    parser.add_argument("--property", action="append", default=[])
+    parser.add_argument("--conf", action="append", default=[], help="a Spark SQL setting k=v for the run")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="4g")
+    args = parser.parse_args()
+
+    from spark_jobs.session import build_session
+
+    spark = build_session("tideline-bench-delta", ROOT / ".tideline/lib/spark", master=args.master, driver_memory=args.driver_memory)
+    spark.sparkContext.setLogLevel("ERROR")
+    for item in args.conf:
+        spark.conf.set(*item.split("=", 1))
+    properties = dict(item.split("=", 1) for item in args.property)
+    with tempfile.TemporaryDirectory(prefix="tideline-bench-delta-") as warehouse:
+        runner = Runner(spark, args.sink, warehouse, properties)
+        if args.mode == "jobs":
+            # Batch 0 inserts (snapshot), the others update the same keys and insert/delete a few.
+            for batch_id in range(args.batches):
+                op = "r" if batch_id == 0 else "u"
+                tables = ["customers", "products", "orders"] if args.sink == "analytics" else list(SHARES)
+                kafka = batch_records(spark, args.rows, op, 100 + batch_id * 10, None, tables).persist()
+                kafka.count()
+                print(json.dumps(measure(spark, runner, kafka, batch_id, args.rows)), flush=True)
+                kafka.unpersist()
+        else:
+            batch_id = 0
+            for first in range(0, args.seed, args.seed_batch):
+                kafka = records(spark, "orders", first + 1, args.seed_batch, "r", 1).persist()
+                kafka.count()
+                result = measure(spark, runner, kafka, batch_id, args.seed_batch)
+                print(json.dumps({"phase": "seed", "properties": properties, **result}), flush=True)
+                kafka.unpersist()
+                batch_id += 1
+            for step in range(args.batches):
+                kafka = records(spark, "orders", 1, args.batch, "u", 1000 + step, keyspace=int(args.seed * 1.05)).persist()
+                rows = kafka.count()
+                result = measure(spark, runner, kafka, batch_id, rows)
+                print(json.dumps({"phase": "update", "properties": properties, "table_rows": args.seed, **result}), flush=True)
+                kafka.unpersist()
+                batch_id += 1
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""Kafka records → `CHANGE` rows (the apply jobs' decoder), in the JVM: `from_json` and column expressions, no Python per row.
+
+Nothing downstream reads raw Debezium JSON. A record that cannot be read becomes a row with `error`
+set (a dead letter), never a failed batch; a tombstone (NULL value) is dropped: it only serves
+compaction, and the delete record before it carries the delete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.catalogue import TableSchema
+from spark_jobs.changes import envelope
+from spark_jobs.changes.schema import CHANGE, FIELDS
+
+_SOURCE = "struct<table: string, lsn: bigint, sequence: string, snapshot: string, ts_ms: bigint>"
+_ENVELOPE = f"after: map<string, string>, source: {_SOURCE}, op: string"
+# Both layouts at once: the bare envelope (schemas.enable=false) and {"schema", "payload"} (true).
+_VALUE = f"struct<payload: struct<{_ENVELOPE}>, {_ENVELOPE}>"
+# A key as the JSON converter writes it, either way; variant keeps each value's JSON type, which a
+# composite row id needs (a string key part is quoted, a number is not).
+_KEY = "struct<payload: map<string, variant>>"
+_KEY_MAP = "map<string, variant>"
+
+
+def row_id_column(key: Column) -> Column:
+    """envelope.row_id in SQL, for a key parsed as map<string, variant>."""
+    values = F.map_values(key)
+    encoded = F.when(F.size(values) == 1, values[0].cast("string")).otherwise(
+        F.concat(F.lit("["), F.array_join(F.transform(values, lambda v: F.to_json(v)), ","), F.lit("]"))
+    )
+    return F.when(
+        F.octet_length(encoded) > envelope.MAX_ID_BYTES, F.concat(F.lit("sha256:"), F.sha2(encoded, 256))
+    ).otherwise(encoded)
+
+
+def version_column(source: Column) -> Column:
+    """envelope.version in SQL: struct<major, minor>; NULL when the sequence cannot be read."""
+    sequence = F.from_json(source["sequence"], "array<string>")
+    lsn = F.coalesce(source["lsn"], F.lit(0).cast("bigint"))
+    minor = F.coalesce(sequence[1].cast("bigint"), lsn)
+    streamed = source["snapshot"].isNull() | (source["snapshot"] == "false")
+    major = (
+        F.when(source["sequence"].isNull() | (source["sequence"] == ""), F.lit(0).cast("bigint"))
+        .when(sequence[0].isNull() & streamed, minor)
+        .otherwise(F.coalesce(sequence[0].cast("bigint"), F.lit(0).cast("bigint")))
+    )
+    valid = source["sequence"].isNull() | (source["sequence"] == "") | (F.size(sequence) == 2)
+    return F.when(valid, F.struct(major.alias("major"), minor.alias("minor")))
+
+
+def _placeholder(value: Column) -> Column:
+    return value.isin(*envelope.UNAVAILABLE_FORMS)
+
+
+def _header(name: str) -> Column:
+    """A header's value as text (the first header of that name), NULL when absent."""
+    found = F.filter(F.col("headers"), lambda h: h["key"] == name)
+    return F.when(F.size(found) > 0, found[0]["value"].cast("string"))
+
+
+def _key_map(raw: Column) -> Column:
+    """The key's columns (map<string, variant>) from its bytes, either converter layout."""
+    text = raw.cast("string")
+    return F.coalesce(F.from_json(text, _KEY)["payload"], F.from_json(text, _KEY_MAP))
+
+
+# Types without a time zone. Debezium's isostring mode writes them as if they were UTC instants
+# ("2024-02-29Z", "1900-01-01T00:00:00Z", "20:17:40.123456Z"); the value is the text before the Z.
+LOCAL_TIME_TYPES = frozenset({"DATE", "TIMESTAMP", "TIME"})
+# PostgreSQL's infinite dates and timestamps reach the record as sentinel times beyond the type's range
+# ("+5877611-06-21", "-292275055-05-16T23:00:00"); a year past the latest PostgreSQL stores is infinity,
+# one before the earliest (4713 BC) -infinity: the words PostgreSQL itself prints (a timestamptz's
+# record already carries them).
+LATEST_YEAR = {"DATE": 5_874_897, "TIMESTAMP": 294_276}
+EARLIEST_YEAR = -4_713
+_ARRAY = "ARRAY"
+
+
+def local_time_columns(catalogue: Mapping[str, TableSchema], tables: Iterable[str]) -> dict[str, str]:
+    """{"table\u0000column": its type, or ARRAY for an array of them} for the columns of `tables`
+    whose type has no time zone."""
+    return {
+        f"{table}\u0000{column.name}": _ARRAY if column.is_array else column.type
+        for table in tables if table in catalogue
+        for column in catalogue[table].columns.values() if column.element.type in LOCAL_TIME_TYPES
+    }
+
+
+def _infinite(text: Column, latest_year: int) -> Column:
+    year = F.regexp_extract(text, r"^([+-]?[0-9]+)-", 1).try_cast("bigint")
+    return (F.when(year > latest_year, F.lit("infinity")).when(year < EARLIEST_YEAR, F.lit("-infinity"))
+            .otherwise(text))
+
+
+def _local_times(after: Column, table: Column, columns: dict[str, str]) -> Column:
+    """`after` with the UTC mark Debezium puts on zone-less times removed (an array's, from each
+    element), and infinite dates and timestamps as PostgreSQL's words."""
+    if not columns:
+        return after
+    kinds = F.create_map(*(F.lit(part) for item in sorted(columns.items()) for part in item))
+
+    def local(name: Column, text: Column) -> Column:
+        kind = kinds[F.concat(table, F.lit("\u0000"), name)]
+        plain = F.regexp_replace(text, "Z$", "")
+        return (F.when(kind.isNull(), text)
+                .when(kind == _ARRAY, F.regexp_replace(text, 'Z"', '"'))
+                .when(kind == "DATE", _infinite(plain, LATEST_YEAR["DATE"]))
+                .when(kind == "TIMESTAMP", _infinite(plain, LATEST_YEAR["TIMESTAMP"]))
+                .otherwise(plain))
+
+    return F.transform_values(after, local)
+
+
+def decode_stream(records: DataFrame, tables: Iterable[str],
+                  catalogue: Mapping[str, TableSchema] | None = None) -> DataFrame:
+    """`records` (Kafka source columns: topic, partition, offset, key, value, and headers if the source
+    includes them) as `CHANGE` rows. A change to a table not in `tables` is a dead letter too: the
+    sink's query subscribes only to its own tables' topics, so such a record is misrouted. With
+    `catalogue`, dates, timestamps and times without a zone lose the UTC mark Debezium gives them."""
+    wanted = sorted(set(tables))
+    local_times = local_time_columns(catalogue or {}, wanted)
+    parsed = F.from_json(F.col("value").cast("string"), _VALUE)
+    headers = "headers" in records.columns
+    step = records.where(F.col("value").isNotNull()).select(
+        "topic", "partition", "offset", "key", "value",
+        F.coalesce(parsed["payload"], F.struct(parsed["after"], parsed["source"], parsed["op"])).alias("_e"),
+        *(_header(name).alias(alias) if headers else F.lit(None).cast("string").alias(alias)
+          for name, alias in ((envelope.OLD_KEY_HEADER, "_old_key"), (envelope.NEW_KEY_HEADER, "_new_key"))),
+    )
+    e = F.col("_e")
+    op, source = e["op"], e["source"]
+    key = _key_map(F.col("key"))
+    truncate = op == envelope.TRUNCATE
+    version = version_column(source)
+    error = (
+        F.when(op.isNull(), F.when(F.get_json_object(F.col("value").cast("string"), "$").isNull(),
+                                   F.lit("value is not JSON")).otherwise(F.lit("value has no Debezium op")))
+        .when(~op.isin(*envelope.OPS), F.concat(F.lit("unknown op "), op))
+        .when(source["table"].isNull(), F.lit("payload has no source.table"))
+        .when(op.isin("r", "c", "u") & e["after"].isNull(), F.concat(F.lit("op "), op, F.lit(" without an after image")))
+        .when(~source["table"].isin(*wanted) if wanted else F.lit(True),
+              F.concat(F.lit("table "), source["table"], F.lit(" is not configured in pipeline.yaml for this sink")))
+        .when(version.isNull(), F.concat(F.lit("source.sequence is not a two-element list: "), source["sequence"]))
+        .when(~truncate & key.isNull(), F.lit("key is not a JSON object"))
+    )
+    after = e["after"]
+    return step.select(
+        source["table"].alias("table"),
+        op.alias("op"),
+        F.when(~truncate, row_id_column(key)).alias("row_id"),
+        F.when(~truncate, F.transform_values(key, lambda _, v: v.cast("string"))).alias("key"),
+        _local_times(F.map_filter(after, lambda _, v: v.isNull() | ~_placeholder(v)), source["table"], local_times)
+        .alias("after"),
+        F.coalesce(F.map_keys(F.map_filter(after, lambda _, v: _placeholder(v))), F.array().cast("array<string>"))
+        .alias("unavailable"),
+        F.create_map().cast(CHANGE["filled"].dataType).alias("filled"),
+        version.alias("version"),
+        F.timestamp_millis(source["ts_ms"]).alias("commit_ts"),
+        ((op == envelope.DELETE) & F.col("_new_key").isNotNull()).alias("moved"),
+        F.when(F.col("_old_key").isNotNull(), row_id_column(F.from_json(F.col("_old_key"), _KEY_MAP)))
+        .alias("old_row_id"),
+        F.struct("topic", "partition", "offset").alias("origin"),
+        error.alias("error"),
+        F.when(error.isNotNull(), F.col("value")).alias("letter_value"),
+    )
+
+
+__all__ = ["FIELDS", "LOCAL_TIME_TYPES", "decode_stream", "local_time_columns", "row_id_column", "version_column"]

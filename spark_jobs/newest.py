@@ -1,0 +1,71 @@
+"""The newest change per row of a micro-batch, in the JVM: one grouping, one fold per row.
+
+Per (table, row) the batch's changes are folded in version order (`aggregate` over the sorted
+list); per table its truncates likewise; a dead letter is a group of its own and passes through.
+The fold keeps the newest change, and fills each of its unchanged-TOAST columns from the newest
+older change since the row's last delete that carried the column, recording in `filled` the version
+that value came from. A sink whose row is at least that new keeps its own value instead (the
+fill-version rule, docs/apply.md "TOAST and partial images"): the older change may be a stale
+redelivery, so its value is not trusted over the sink's. An equal version is a duplicate.
+
+The fold is associative over version order, so its result does not depend on how Spark groups or
+orders a batch; tests/unit/test_newest.py checks it against every order of small histories.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.changes.schema import CHANGE, FIELDS
+
+
+def group_column() -> Column:
+    """What a batch is grouped on: the row, the table for truncates, the record for dead letters."""
+    origin = F.col("origin")
+    return (
+        F.when(F.col("error").isNotNull(),
+               F.concat_ws("\u0000", F.lit("\u0001letter"), origin["topic"], origin["partition"], origin["offset"]))
+        .when(F.col("op") == "t", F.concat_ws("\u0000", F.col("table"), F.lit("\u0001truncate")))
+        .otherwise(F.concat_ws("\u0000", F.col("table"), F.col("row_id")))
+    )
+
+
+def _compare(left: Column, right: Column) -> Column:
+    """A comparator of two changes by version, for array_sort."""
+    return (F.when(left["version"] < right["version"], F.lit(-1))
+            .when(left["version"] > right["version"], F.lit(1)).otherwise(F.lit(0)))
+
+
+def _with(change: Column, **replaced: Column) -> Column:
+    """`change` (a CHANGE struct) with some fields replaced, in CHANGE's field order."""
+    return F.struct(*(replaced[name].alias(name) if name in replaced else change[name].alias(name) for name in FIELDS))
+
+
+def newer(older: Column, change: Column) -> Column:
+    """`change` (not older than `older`, of the same row) with its unchanged-TOAST columns filled from
+    `older`'s image; a delete on either side breaks the chain (nothing is filled across it)."""
+    wanted = F.map_filter(older["after"], lambda k, _: F.array_contains(change["unavailable"], k))
+    filled = F.transform_values(wanted, lambda k, _: F.coalesce(older["filled"][k], older["version"]))
+    merged = _with(
+        change,
+        after=F.map_concat(change["after"], wanted),
+        unavailable=F.array_except(change["unavailable"], F.map_keys(older["after"])),
+        filled=F.map_concat(change["filled"], filled),
+    )
+    return F.when(change["after"].isNull() | older["after"].isNull(), change).otherwise(merged)
+
+
+def newest_per_row(changes: DataFrame) -> DataFrame:
+    """One `CHANGE` row per (table, row), per table's truncates and per dead letter: the newest, with
+    unchanged-TOAST columns filled as the module says. One shuffle (Spark's default parallelism)."""
+    row = F.struct(*(F.col(name) for name in FIELDS))
+    grouped = changes.groupBy(group_column().alias("_group")).agg(F.collect_list(row).alias("_changes"))
+    ordered = F.array_sort(F.col("_changes"), _compare)
+    folded = F.when(F.size(ordered) == 1, ordered[0]).otherwise(
+        F.aggregate(F.slice(ordered, 2, F.size(ordered)), ordered[0], newer)
+    )
+    return grouped.select(folded.alias("_c")).select("_c.*")
+
+
+__all__ = ["CHANGE", "group_column", "newer", "newest_per_row"]

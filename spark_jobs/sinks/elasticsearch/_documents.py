@@ -1,0 +1,150 @@
+"""Each change as the JSON the search sink sends, built by Spark SQL expressions per row.
+
+For every change the job builds its document (`doc`: the columns as JSON, typed by the catalogue's
+JSON kinds, plus the version and commit time), the document without the columns whose stored value
+may be kept (`partial`, for unchanged-TOAST and filled columns), the tombstone document, and the
+request fragments the shipper concatenates: its pair of mget entries and the `"_index"/"_id"` heads of
+its bulk lines. The shipper on the executor then only joins bytes and decides per row with Arrow
+compute kernels which fragment to send (spark_jobs/sinks/elasticsearch/_ship.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.catalogue import Catalogue
+from spark_jobs.changes.envelope import MAX_ID_BYTES
+from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
+
+TOMBSTONES = "tideline-tombstones"
+WATERMARKS = "tideline-watermarks"
+_VERSION_SOURCE = f'"_source":["{VERSION_MAJOR}","{VERSION_MINOR}"]'
+# What the shipper reads of each row.
+SHIPPED = ("op", "moved", "table", "alias", "target", "version", "origin", "error", "row_id", "old_row_id",
+           "unavailable", "filled", "has_keep", "fill_low", "fill_high", "keeps_objects", "doc", "partial",
+           "tomb_doc", "mget_pair", "head", "tomb_head")
+
+
+def json_string(text: Column) -> Column:
+    """`text` as a JSON string literal (quoted and escaped) by Spark's own JSON writer; NULL as null."""
+    encoded = F.to_json(F.array(text))  # ["..."]
+    return encoded.substr(F.lit(2), F.length(encoded) - 2)
+
+
+def kinds(catalogue: Catalogue, tables: list[str]) -> Column:
+    """A literal map `<table>\\u0000<column>` → true for the columns whose text is raw JSON (numbers,
+    booleans, arrays, json): the others are quoted as JSON strings. A column the catalogue does not
+    know (dropped since) is quoted."""
+    raw = [f"{table}\u0000{name}" for table in tables for name, column in catalogue.get(table, _NONE).columns.items()
+           if column.json_kind == "raw"]
+    if not raw:
+        return F.create_map().cast("map<string,boolean>")
+    return F.create_map(*[part for key in raw for part in (F.lit(key), F.lit(True))])
+
+
+class _NoTable:
+    columns: Mapping = {}
+
+
+_NONE = _NoTable()
+
+
+def _fragment(table: Column, raw_kinds: Column, key: Column, value: Column) -> Column:
+    """One `"column":value` of a document."""
+    raw = F.coalesce(raw_kinds[F.concat(table, F.lit("\u0000"), key)], F.lit(False))
+    encoded = F.when(value.isNull(), F.lit("null")).when(raw, value).otherwise(json_string(value))
+    return F.concat(json_string(key), F.lit(":"), encoded)
+
+
+def _document(columns: Column, table: Column, raw_kinds: Column) -> Column:
+    """A `_source`: the columns of `columns` (a map of text), then the version and commit time."""
+    meta = F.concat(
+        F.lit(f'"{VERSION_MAJOR}":'), F.col("version.major").cast("string"),
+        F.lit(f',"{VERSION_MINOR}":'), F.col("version.minor").cast("string"),
+        F.lit(f',"{COMMIT_TS}":'),
+        F.coalesce(json_string(F.date_format("commit_ts", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")), F.lit("null")),
+    )
+    fields = F.array_join(F.transform(F.map_entries(columns), lambda e: _fragment(table, raw_kinds, e["key"], e["value"])), ",")
+    return F.concat(F.lit("{"), F.when(F.size(columns) > 0, F.concat(fields, F.lit(","))).otherwise(F.lit("")), meta, F.lit("}"))
+
+
+def _id(alias: Column, row_id: Column) -> Column:
+    """The tombstone's id: `<alias>/<row id>`, the row id hashed when the whole would exceed the limit."""
+    whole = F.concat(alias, F.lit("/"), row_id)
+    return F.when(F.octet_length(whole) > MAX_ID_BYTES, F.concat(alias, F.lit("/sha256:"), F.sha2(row_id, 256))).otherwise(whole)
+
+
+def _head(index: Column, doc_id: Column) -> Column:
+    return F.concat(F.lit('"_index":'), json_string(index), F.lit(',"_id":'), json_string(doc_id))
+
+
+def _fill_bound(pick: str) -> Column:
+    """The lowest or highest version among the row's fill versions (NULL when nothing was filled)."""
+    versions = F.map_values("filled")
+    return F.when(F.size(versions) > 0, F.array_min(versions) if pick == "min" else F.array_max(versions))
+
+
+def documents(newest: DataFrame, catalogue: Catalogue, tables: list[str], aliases: Mapping[str, str],
+              targets: Mapping[str, str], refused: Mapping[str, Mapping[str, str]]) -> DataFrame:
+    """`newest` (CHANGE rows of the search tables) → the SHIPPED columns. `aliases`: table → alias;
+    `targets`: table → physical index written (the alias, or a rebuild's new index); `refused`:
+    table → column → why Elasticsearch refused to map it (rows carrying a value there are rejected)."""
+    table = F.col("table")
+    alias = _lookup(aliases, table)
+    target = _lookup(targets, table)
+    raw_kinds = kinds(catalogue, tables)
+    after = F.coalesce(F.col("after"), F.create_map().cast("map<string,string>"))
+    keep = F.concat(F.col("unavailable"), F.map_keys("filled"))
+    partial = F.map_filter(after, lambda k, _: ~F.array_contains(keep, k))
+    tomb_id = _id(alias, F.col("row_id"))
+    objects = _object_columns(catalogue, tables)
+    version_json = F.concat(F.lit(f'"{VERSION_MAJOR}":'), F.col("version.major").cast("string"),
+                            F.lit(f',"{VERSION_MINOR}":'), F.col("version.minor").cast("string"))
+    return newest.select(
+        "op", "moved", "table", alias.alias("alias"), target.alias("target"), "version", "origin",
+        _error(after, refused).alias("error"), "row_id", "old_row_id", "unavailable", "filled",
+        (F.size(keep) > 0).alias("has_keep"), _fill_bound("min").alias("fill_low"), _fill_bound("max").alias("fill_high"),
+        # An `update` merges objects field by field: a json column's new value must replace, not merge.
+        F.exists(F.map_keys(partial), lambda k: F.array_contains(F.coalesce(objects[table], F.array().cast("array<string>")), k))
+        .alias("keeps_objects"),
+        F.when(F.col("after").isNotNull(), _document(after, table, raw_kinds)).alias("doc"),
+        F.when(F.col("after").isNotNull() & (F.size(keep) > 0), _document(partial, table, raw_kinds)).alias("partial"),
+        F.concat(F.lit('{"alias":'), json_string(alias), F.lit(',"id":'), json_string(F.col("row_id")), F.lit(","),
+                 version_json, F.lit("}")).alias("tomb_doc"),
+        F.concat(F.lit("{"), _head(target, F.col("row_id")), F.lit(f",{_VERSION_SOURCE}}},{{"),
+                 _head(F.lit(TOMBSTONES), tomb_id), F.lit(f",{_VERSION_SOURCE}}},")).alias("mget_pair"),
+        _head(target, F.col("row_id")).alias("head"),
+        _head(F.lit(TOMBSTONES), tomb_id).alias("tomb_head"),
+    )
+
+
+def _lookup(mapping: Mapping[str, str], key: Column) -> Column:
+    if not mapping:
+        return F.lit(None).cast("string")
+    return F.create_map(*[F.lit(part) for item in sorted(mapping.items()) for part in item])[key]
+
+
+def _object_columns(catalogue: Catalogue, tables: list[str]) -> Column:
+    """table → its json/jsonb columns (stored as objects)."""
+    found = {table: [name for name, column in catalogue[table].columns.items() if column.is_json and not column.is_array]
+             for table in tables if table in catalogue}
+    found = {table: names for table, names in found.items() if names}
+    if not found:
+        return F.create_map().cast("map<string,array<string>>")
+    return F.create_map(*[part for table, names in sorted(found.items())
+                          for part in (F.lit(table), F.array(*[F.lit(n) for n in names]))])
+
+
+def _error(after: Column, refused: Mapping[str, Mapping[str, str]]) -> Column:
+    """What is refused before Elasticsearch sees it: a column named like the sink's metadata, a value in a
+    column Elasticsearch would not map."""
+    clashing = F.filter(F.map_keys(after), lambda k: k.startswith(META_PREFIX))
+    error = F.when(F.size(clashing) > 0, F.concat(F.lit("column "), clashing[0],
+                                                   F.lit(f" clashes with the sink's metadata prefix {META_PREFIX}")))
+    for table, columns in sorted(refused.items()):
+        for column, reason in sorted(columns.items()):
+            error = error.when((F.col("table") == table) & after[column].isNotNull(), F.lit(reason))
+    return error

@@ -1,0 +1,175 @@
+"""The cache view: one Redis hash per row, written by version-guarded Lua scripts (docs/sinks/redis.md).
+
+A micro-batch: Spark SQL builds each change's script arguments (`_commands`), the executors ship
+them in chunks of many rows per EVALSHA (`_ship`), and Redis applies each row atomically with its
+version guard and the declared aggregates (`_scripts`). The same job writes the rejected rows to the
+dead-letter topic.
+
+Stored values are text: a text column as its text, numbers and timestamps as their text form, json
+and arrays as JSON text, NULL as an absent field; beside them the version and commit time. The column
+types are kept in `tideline:columns:<table>` so readers (the API, verify) can type the values again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from spark_jobs.aggregates import AggregateConfigError
+from spark_jobs.catalogue import Catalogue
+from spark_jobs.config import PipelineConfig
+from spark_jobs.sinks.base import Batch, Capability, Sink
+from spark_jobs.sinks.redis._scripts import RAISE_WATERMARK, aggregate_spec, row_scripts
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# Bumped when the stored encoding changes: a cache written otherwise must be rebuilt.
+ENCODING = "text-1"
+
+
+def row_key(table: str, row_id: str, prefix: str = "") -> str:
+    return f"{prefix}{table}:{row_id}"
+
+
+def tombstone_key(table: str, row_id: str, prefix: str = "") -> str:
+    return f"{prefix}tideline:tombstone:{table}:{row_id}"
+
+
+def watermark_key(table: str, prefix: str = "") -> str:
+    return f"{prefix}tideline:truncated:{table}"
+
+
+def columns_key(table: str, prefix: str = "") -> str:
+    """A hash of the table's column types (catalogue names), for readers to type the stored text."""
+    return f"{prefix}tideline:columns:{table}"
+
+
+def spec_key(prefix: str = "") -> str:
+    return f"{prefix}tideline:aggregates"
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a literal in a SCAN MATCH pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+_INTEGERS = {"INT2", "INT4", "INT8", "OID"}
+_FLOATS = {"FLOAT4", "FLOAT8"}
+
+
+def typed_value(text: str, type_name: str | None) -> Any:
+    """A stored text as the JSON value its column's type gives: integers, floats and booleans as such,
+    json and arrays parsed; anything else (NUMERIC, times, text, enums) stays text, exactly."""
+    if type_name is None:
+        return text
+    if type_name.startswith("_") or type_name in ("JSON", "JSONB"):
+        return json.loads(text)
+    if type_name in _INTEGERS:
+        return int(text)
+    if type_name in _FLOATS:
+        number = float(text)
+        return number if number == number and abs(number) != float("inf") else text  # JSON has no NaN
+    if type_name == "BOOL":
+        return text == "true"
+    return text
+
+
+def decode_row(fields: dict[bytes | str, bytes | str], types: dict[str, str] | None = None) -> dict[str, Any]:
+    """A stored hash (HGETALL) as a row: each column typed by `types` (column -> catalogue type name),
+    metadata fields as text; columns `types` names that the hash lacks are NULL."""
+    types = types or {}
+    texts = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+             for k, v in fields.items()}
+    row = {column: None for column in types}
+    row |= {name: typed_value(text, types.get(name)) for name, text in texts.items()}
+    return row
+
+
+def read_types(client: redis.Redis, table: str, prefix: str = "") -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in client.hgetall(columns_key(table, prefix)).items()}
+
+
+class RedisSink(Sink):
+    """The `cache` view in Redis."""
+
+    name = "cache"
+    capabilities = frozenset({Capability.SINGLE_PASS, Capability.WAITS_FOR_STORE})
+
+    def __init__(self, url: str, pipeline: PipelineConfig, key_prefix: str = "", chunk_rows: int = 500) -> None:
+        super().__init__(pipeline)
+        self.url = url
+        self.key_prefix = key_prefix
+        self.chunk_rows = chunk_rows
+        self._types_written: dict[str, dict[str, str]] = {}
+
+    def tables(self) -> list[str]:
+        return self.pipeline.sink_tables("cache")
+
+    def available(self) -> bool:
+        try:
+            with redis.Redis.from_url(self.url, socket_connect_timeout=5, socket_timeout=5) as client:
+                return bool(client.ping())
+        except redis.RedisError:
+            return False
+
+    def setup(self, spark: SparkSession | None, catalogue: Catalogue) -> None:
+        """Check the cache was built with this declaration and encoding, load the scripts, record the
+        column types. Refuses a cache built otherwise: its figures or values would not match its rows."""
+        self._spec = aggregate_spec(self.pipeline.aggregate_plans(catalogue), self.key_prefix)
+        self._apply, self._prune = row_scripts(self._spec)
+        with redis.Redis.from_url(self.url) as client:
+            self._check_declaration(client)
+            for script in (self._apply, RAISE_WATERMARK, self._prune):
+                client.script_load(script.source)
+            self._write_types(client, catalogue)
+
+    def _check_declaration(self, client: redis.Redis) -> None:
+        """The aggregates' declaration and the value encoding are stored beside the rows. A cache that
+        holds rows but neither was written by an earlier version: run `tide rebuild cache`."""
+        wanted = {"declaration": json.dumps(self._spec["aggregates"], sort_keys=True), "encoding": ENCODING}
+        held = {k.decode(): v.decode() for k, v in client.hgetall(spec_key(self.key_prefix)).items()}
+        if not held:
+            patterns = [glob_escape(row_key(table, "", self.key_prefix)) + "*" for table in self.tables()]
+            if any(next(client.scan_iter(match=p, count=1000), None) for p in patterns):
+                raise AggregateConfigError("the cache was written by an earlier Tideline (another value encoding or "
+                                           "cache_aggregates declaration): run `tide rebuild cache`")
+            client.hset(spec_key(self.key_prefix), mapping=wanted)
+        elif held.get("encoding") != ENCODING:
+            raise AggregateConfigError("the cache holds values in an earlier encoding: run `tide rebuild cache`")
+        elif held.get("declaration") != wanted["declaration"]:
+            raise AggregateConfigError(
+                "the cache's aggregates were built from another cache_aggregates declaration: run `tide rebuild cache`"
+            )
+
+    def _write_types(self, client: redis.Redis, catalogue: Catalogue) -> None:
+        for table in self.tables():
+            schema = catalogue.get(table)
+            types = {name: column.type for name, column in schema.columns.items()} if schema else {}
+            if types and self._types_written.get(table) != types:
+                pipe = client.pipeline()
+                pipe.delete(columns_key(table, self.key_prefix))
+                pipe.hset(columns_key(table, self.key_prefix), mapping=types)
+                pipe.execute()
+                self._types_written[table] = types
+
+    def write(self, batch: Batch) -> DataFrame:
+        """One Spark job: arguments built in SQL, shipped by the executors; the rejected rows come back."""
+        from pyspark.sql import functions as F
+
+        from spark_jobs.sinks.redis._commands import commands
+        from spark_jobs.sinks.redis._ship import Shipper
+        from spark_jobs.sinks.shipping import REJECTED
+
+        with redis.Redis.from_url(self.url) as client:
+            self._write_types(client, batch.catalogue)  # a column added at the source: its type first
+        mine = batch.newest.where(F.col("table").isin(*self.tables()))
+        shipper = Shipper(self.url, self.key_prefix, self._apply, self._prune, self.chunk_rows)
+        return commands(mine, self.key_prefix).mapInArrow(shipper, REJECTED)
+
+
+__all__ = ["ENCODING", "RedisSink", "columns_key", "decode_row", "glob_escape", "read_types", "row_key",
+           "spec_key", "tombstone_key", "typed_value", "watermark_key"]

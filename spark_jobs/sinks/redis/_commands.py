@@ -1,0 +1,99 @@
+"""Each change as the arguments of one row of `APPLY_BATCH`, built by Spark SQL expressions.
+
+The arguments are already in Redis's wire format (RESP bulk strings, concatenated), so the Python
+shipper on the executor only joins a chunk's bytes behind an EVALSHA header and writes them to the
+socket: no Python object per row. Values are stored as their text (docs/sinks/redis.md): the change's
+`after` already holds each column's text, NULL columns are left out of the hash.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
+from spark_jobs.sinks.redis._scripts import MAX_EXACT_VERSION, ROW_FIXED_ARGS
+
+# The columns the shipper reads (and passes on for rejected rows).
+SHIPPED = ("op", "table", "version", "origin", "args", "arg_count", "error")
+
+
+def resp(text: Column) -> Column:
+    """One RESP bulk string: $<byte length>\\r\\n<bytes>\\r\\n."""
+    return F.concat(F.lit("$"), F.octet_length(text).cast("string"), F.lit("\r\n"), text, F.lit("\r\n"))
+
+
+def row_key(prefix: str, table: Column, row_id: Column) -> Column:
+    return F.concat(F.lit(prefix), table, F.lit(":"), row_id)
+
+
+def tombstone_key(prefix: str, table: Column, row_id: Column) -> Column:
+    return F.concat(F.lit(f"{prefix}tideline:tombstone:"), table, F.lit(":"), row_id)
+
+
+def watermark_key(prefix: str, table: Column) -> Column:
+    return F.concat(F.lit(f"{prefix}tideline:truncated:"), table)
+
+
+def _keep() -> Column:
+    """`keep_from`: each column that may keep its stored value, with the version the stored row must
+    reach for that: any version (0, 0) for an unchanged-TOAST column, the fill version for a filled one."""
+    unavailable = F.col("unavailable")
+    zero = F.struct(F.lit(0).cast("bigint").alias("major"), F.lit(0).cast("bigint").alias("minor"))
+    return F.map_concat(F.map_from_arrays(unavailable, F.transform(unavailable, lambda _: zero)), F.col("filled"))
+
+
+def _fields() -> Column:
+    """The hash's fields: the non-NULL columns' text, then the version and commit time."""
+    meta = F.create_map(
+        F.lit(VERSION_MAJOR), F.col("version.major").cast("string"),
+        F.lit(VERSION_MINOR), F.col("version.minor").cast("string"),
+        F.lit(COMMIT_TS), F.date_format("commit_ts", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"),
+    )
+    return F.map_concat(F.map_filter("after", lambda _, v: v.isNotNull()), F.map_filter(meta, lambda _, v: v.isNotNull()))
+
+
+def _error() -> Column:
+    """What the sink refuses before Redis sees it: a column named like its metadata, a version Lua
+    cannot compare exactly."""
+    clashing = F.filter(F.map_keys(F.coalesce("after", F.create_map().cast("map<string,string>"))),
+                        lambda k: k.startswith(META_PREFIX))
+    version = F.col("version")
+    return (
+        F.when(F.size(clashing) > 0, F.concat(F.lit("column "), clashing[0],
+                                               F.lit(f" clashes with the sink's metadata prefix {META_PREFIX}")))
+        .when((version["major"] >= MAX_EXACT_VERSION) | (version["minor"] >= MAX_EXACT_VERSION)
+              | (version["major"] < 0) | (version["minor"] < 0),
+              F.concat(F.lit("version ("), version["major"].cast("string"), F.lit(", "), version["minor"].cast("string"),
+                       F.lit(") is outside [0, 2^53) and cannot be compared exactly in Lua")))
+    )
+
+
+def commands(newest: DataFrame, prefix: str) -> DataFrame:
+    """`newest` (CHANGE rows) → the SHIPPED columns: truncates pass as they are; every other change
+    gets `args` (its APPLY_BATCH arguments, count first) and `arg_count` (bulk strings in `args`)."""
+    table, row_id, version = F.col("table"), F.col("row_id"), F.col("version")
+    upsert = F.col("after").isNotNull()
+    keep = F.when(upsert, _keep()).otherwise(F.create_map().cast("map<string, struct<major: bigint, minor: bigint>>"))
+    fields = F.when(upsert, _fields()).otherwise(F.create_map().cast("map<string,string>"))
+    moved_from = F.col("old_row_id").isNotNull()
+    count = F.lit(ROW_FIXED_ARGS) + 3 * F.size(keep) + 2 * F.size(fields)
+    op = F.when(~upsert, F.when(F.col("moved"), F.lit("m")).otherwise(F.lit("d"))).otherwise(F.lit("u"))
+    args = F.concat(
+        resp(count.cast("string")),
+        resp(row_key(prefix, table, row_id)), resp(tombstone_key(prefix, table, row_id)), resp(watermark_key(prefix, table)),
+        resp(F.when(moved_from, row_key(prefix, table, F.col("old_row_id"))).otherwise(F.lit(""))),
+        resp(F.when(moved_from, tombstone_key(prefix, table, F.col("old_row_id"))).otherwise(F.lit(""))),
+        resp(op), resp(version["major"].cast("string")), resp(version["minor"].cast("string")), resp(table), resp(row_id),
+        resp(F.size(keep).cast("string")),
+        F.array_join(F.transform(F.map_entries(keep), lambda e: F.concat(
+            resp(e["key"]), resp(e["value"]["major"].cast("string")), resp(e["value"]["minor"].cast("string")))), ""),
+        F.array_join(F.transform(F.map_entries(fields), lambda e: F.concat(resp(e["key"]), resp(e["value"]))), ""),
+    )
+    truncate = F.col("op") == "t"
+    return newest.select(
+        "op", "table", "version", "origin",
+        F.when(~truncate, args.cast("binary")).alias("args"),
+        F.when(~truncate, count + 1).cast("int").alias("arg_count"),
+        F.when(~truncate, _error()).alias("error"),
+    )
