@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer
 
 from services.chaos import observe
-from services.jobs import driver
+from services.jobs import driver, lag
 from services.settings import StackSettings
 from services.stack import elasticsearch, kafka, postgres, process, redis, runner
 from services.stack.service import Service, StackError
@@ -78,6 +78,8 @@ def _restart(target: Target, name: str) -> None:
 def kill_and_restart(target: Target, name: str, rnd: random.Random) -> str:
     if name == "driver":
         _wait_for_a_batch(target)
+    if name == "connect":
+        _wait_for_streaming(target)
     started = target.running(name)
     in_flight = observe.in_flight(target.jobs.state_dir / "checkpoints") if name == "driver" else []
     killed_at = time.time()
@@ -98,6 +100,29 @@ def _wait_for_a_batch(target: Target, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not observe.in_flight(target.jobs.state_dir / "checkpoints") and time.monotonic() < deadline:
         time.sleep(0.2)  # poll: the driver plans its next batch within a trigger interval
+
+
+def _wait_for_streaming(target: Target, timeout_s: float = 60.0) -> None:
+    """Let the kill land while Debezium streams: records went out in the last second, so some are newer
+    than its last offset flush (every 10 s) and go out again after the restart, a duplicate delivery.
+    Killed while it waited out a retry (after a walsender or Kafka fault), it would resend nothing."""
+    topics = [target.pipeline.topic(table) for table in target.pipeline.tables]
+    consumer = KafkaConsumer(bootstrap_servers=target.stack.kafka_bootstrap)
+    deadline = time.monotonic() + timeout_s
+    try:
+        before = _records(target, topics, consumer)
+        while time.monotonic() < deadline:
+            time.sleep(1.0)  # poll: one second of streaming
+            now = _records(target, topics, consumer)
+            if now > before:
+                return
+            before = now
+    finally:
+        consumer.close()
+
+
+def _records(target: Target, topics: list[str], consumer: KafkaConsumer) -> int:
+    return sum(sum(parts.values()) for parts in lag.end_offsets(target.stack, topics, consumer=consumer).values())
 
 
 PAUSABLE = ("connect", "driver", "kafka", "redis", "elasticsearch", "postgres")
