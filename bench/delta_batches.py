@@ -29,7 +29,9 @@ from pathlib import Path
 ROOT = Path(os.environ.get("TIDE_TREE", Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(ROOT))
 
-FIXTURES = json.loads((ROOT / "tests/unit/fixtures/debezium_records.json").read_text())
+# Records with Connect's schema, which both decoders read: this tree keeps them apart from its schemaless ones.
+_WITH_SCHEMA = ROOT / "tests/unit/fixtures/debezium_records_with_schema.json"
+FIXTURES = json.loads((_WITH_SCHEMA if _WITH_SCHEMA.exists() else ROOT / "tests/unit/fixtures/debezium_records.json").read_text())
 TEMPLATES = {"orders": "orders_update", "order_items": "order_items_delete", "customers": "customers_snapshot",
              "products": "products_insert"}
 SHARES = {"orders": 0.4, "order_items": 0.4, "customers": 0.1, "products": 0.1}
