@@ -52,6 +52,7 @@ class SourceFacts:
     # max_slot_wal_keep_size in MB; -1 = unbounded; None on a server without the setting (before 13).
     max_slot_wal_keep_mb: int | None
     slot_exists: bool
+    slot_active: bool  # the connector streams from it now (through a WAL sender of its own)
     me: Role
     cdc: Role | None  # None: the CDC role does not exist yet
     tables: dict[str, Table]  # by bare name; a table pipeline.yaml names but the schema lacks is absent
@@ -111,6 +112,8 @@ def read(conn: psycopg.Connection, cdc_user: str, pipeline: PipelineConfig) -> S
         senders_used=_one(conn, "SELECT count(*) FROM pg_stat_replication"),
         max_slot_wal_keep_mb=keep[0] if keep else None,
         slot_exists=_one(conn, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s)", source.slot),
+        slot_active=_one(conn, "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active)",
+                         source.slot),
         me=me,
         cdc=cdc,
         tables={row[0]: Table(source.schema_name, *row) for row in rows},

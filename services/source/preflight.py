@@ -44,7 +44,7 @@ def server_problems(found: SourceFacts) -> list[str]:
         problems.append(f"max_replication_slots is {found.max_replication_slots}, all {found.slots_used} in use: "
                         f"Tideline needs one slot; run ALTER SYSTEM SET max_replication_slots = "
                         f"{found.slots_used + 4}; {RESTART} (or drop an unused slot)")
-    if found.senders_used >= found.max_wal_senders:
+    if not found.slot_active and found.senders_used >= found.max_wal_senders:  # an active slot has its sender
         problems.append(f"max_wal_senders is {found.max_wal_senders}, all {found.senders_used} in use: the connector "
                         f"streams through one; run ALTER SYSTEM SET max_wal_senders = {found.senders_used + 4}; {RESTART}")
     if found.max_slot_wal_keep_mb == -1:

@@ -17,7 +17,7 @@ ACCOUNTS = Table("app", "accounts", has_primary_key=True, replica_identity="d", 
                  cdc_can_select=False, published=False)
 READY = SourceFacts(
     database="appdb", wal_level="logical", max_replication_slots=10, slots_used=2, max_wal_senders=10,
-    senders_used=1, max_slot_wal_keep_mb=2048, slot_exists=False, me=OWNER, cdc=None,
+    senders_used=1, max_slot_wal_keep_mb=2048, slot_exists=False, slot_active=False, me=OWNER, cdc=None,
     tables={"accounts": ACCOUNTS}, support_tables_exist=False, can_create_schema=True, publication_exists=False,
 )
 
@@ -48,8 +48,9 @@ def test_each_server_setting_problem_is_one_line_with_its_fix(facts, expected):
     assert lines(facts) == [expected]
 
 
-def test_a_full_slot_table_is_no_problem_when_the_slot_is_already_ours():
+def test_full_slots_and_senders_are_no_problem_when_the_connector_already_streams_from_its_slot():
     assert lines(replace(READY, max_replication_slots=2, slots_used=2, slot_exists=True)) == []
+    assert lines(replace(READY, max_wal_senders=1, senders_used=1, slot_exists=True, slot_active=True)) == []
 
 
 def test_a_user_who_may_not_grant_replication_is_told_to_connect_as_one_who_may_or_ask_a_dba():
