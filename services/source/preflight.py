@@ -69,14 +69,15 @@ def role_problems(found: SourceFacts, cdc_user: str) -> list[str]:
             f"CREATE ROLE {cdc_user} WITH LOGIN REPLICATION ... ({DBA_SQL})"]
 
 
-def table_problems(found: SourceFacts, pipeline: PipelineConfig, cdc_user: str) -> list[str]:
+def table_problems(found: SourceFacts, pipeline: PipelineConfig, settings: StackSettings) -> list[str]:
     """Each captured table exists, is keyed, publishes its updates and deletes, and can be published."""
     problems = []
+    create = "create it" if settings.source_external else "run `tide db migrate`"  # the demo's are migrated
     for name in pipeline.tables:
         table = found.tables.get(name)
         qualified = f"{pipeline.source.schema_name}.{name}"
         if table is None:
-            problems.append(f"{qualified} does not exist: create it, or remove it from pipeline.yaml "
+            problems.append(f"{qualified} does not exist: {create}, or remove it from pipeline.yaml "
                             f"(`tide tables remove {name}`)")
             continue
         if not table.has_primary_key:
@@ -88,7 +89,7 @@ def table_problems(found: SourceFacts, pipeline: PipelineConfig, cdc_user: str) 
         prepared = table.published and table.cdc_can_select  # by a DBA, for one who may not do it
         if not (prepared or table.owned_by_me or found.me.superuser):
             problems.append(f"{qualified} is owned by {table.owner}, not {found.me.name}: only its owner may publish "
-                            f"it and let {cdc_user} read it; connect as {table.owner}, or {DBA_SQL}")
+                            f"it and let {settings.cdc_user} read it; connect as {table.owner}, or {DBA_SQL}")
     return problems
 
 
@@ -104,7 +105,7 @@ def support_problems(found: SourceFacts, pipeline: PipelineConfig) -> list[str]:
 
 def problems(found: SourceFacts, settings: StackSettings, pipeline: PipelineConfig) -> list[str]:
     """Every problem, server first, then the role, then the tables."""
-    return [*server_problems(found), *role_problems(found, settings.cdc_user), *table_problems(found, pipeline, settings.cdc_user),
+    return [*server_problems(found), *role_problems(found, settings.cdc_user), *table_problems(found, pipeline, settings),
             *support_problems(found, pipeline)]
 
 

@@ -11,7 +11,7 @@ from services.source.facts import Role, SourceFacts, Table
 from spark_jobs.config import PipelineConfig
 
 PIPELINE = PipelineConfig.model_validate({"source": {"schema": "app"}, "tables": {"accounts": {"cache": {}}}})
-SETTINGS = StackSettings(cdc_user="tideline_cdc")
+SETTINGS = StackSettings(cdc_user="tideline_cdc", postgres_url="postgresql://owner@db/appdb")
 OWNER = Role("owner", superuser=False, create_role=True, replication=True, login=True)
 ACCOUNTS = Table("app", "accounts", has_primary_key=True, replica_identity="d", owner="owner", owned_by_me=True,
                  cdc_can_select=False, published=False)
@@ -93,9 +93,12 @@ def test_a_table_a_dba_published_and_granted_needs_no_ownership():
     assert lines(replace(READY, tables={"accounts": prepared})) == []
 
 
-def test_a_missing_table_is_named_with_the_command_that_drops_it():
+def test_a_missing_table_is_named_with_the_command_that_drops_it_and_for_the_demo_the_migration():
     assert lines(replace(READY, tables={})) == [
         "app.accounts does not exist: create it, or remove it from pipeline.yaml (`tide tables remove accounts`)"]
+    assert preflight.problems(replace(READY, tables={}), StackSettings(), PIPELINE) == [
+        "app.accounts does not exist: run `tide db migrate`, or remove it from pipeline.yaml "
+        "(`tide tables remove accounts`)"]
 
 
 def test_missing_support_tables_that_cannot_be_created_name_the_grant():
