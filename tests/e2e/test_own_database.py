@@ -145,9 +145,10 @@ class Own:
                            extra={"TIDE_POSTGRES_URL": self.made.url(), "TIDE_CDC_PASSWORD": CDC_PASSWORD})
 
     def run_tide(self, *args: str) -> str:
+        """The command's output with its whitespace collapsed (Rich folds long lines to the terminal's width)."""
         result = self.tide(*args)
         assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout
+        return " ".join(result.stdout.split())
 
     def write_for(self, seconds: float, seed: int, tables: tuple[str, ...]) -> int:
         writer = Writer(self.made, seed, tables)
@@ -167,7 +168,7 @@ class Own:
             wait_until(clean, CONVERGE_S, "tide verify to find every view equal to PostgreSQL", interval=10)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{last[0].stdout}{last[0].stderr}" if last else str(exc)) from None
-        return last[0].stdout
+        return " ".join(last[0].stdout.split())
 
 
 @pytest.fixture(scope="module")
