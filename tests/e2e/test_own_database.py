@@ -194,7 +194,9 @@ def own(tmp_path_factory):
             process.purge(settings.state_dir)
 
 
-def test_init_and_up_capture_your_database_and_a_workload_verifies_clean(own):
+def test_init_and_up_capture_your_database_and_a_workload_verifies_clean(own, record_property):
+    record_property("init_output", own.init_output)
+    record_property("up_output", own.up_output)
     assert "accounts: search (full text: name, notes), cache, warehouse" in own.init_output
     assert "memberships: search (full text: role), cache, warehouse" in own.init_output
     assert ("skipped audit_log: no primary key: every view is keyed by it; add one, then `tide tables add audit_log`"
@@ -210,7 +212,7 @@ def test_init_and_up_capture_your_database_and_a_workload_verifies_clean(own):
     assert "accounts → warehouse" in output and "memberships → cache" in output
 
 
-def test_tables_add_captures_a_new_table_while_the_workload_writes_and_loses_nothing(own):
+def test_tables_add_captures_a_new_table_while_the_workload_writes_and_loses_nothing(own, record_property):
     with own.made.connect() as conn:  # the application's migration adds a table, with rows
         conn.execute(LATER)
         conn.execute("INSERT INTO notes SELECT id, 0, 'first note of ' || name FROM accounts")
@@ -220,6 +222,7 @@ def test_tables_add_captures_a_new_table_while_the_workload_writes_and_loses_not
         added = own.run_tide("tables", "add", "notes")
     finally:
         wrote = writer.finish()
+    record_property("tables_add_output", added)
     assert wrote > 0
     assert "notes captured" in added and "existing rows snapshotted" in added
     assert "apply jobs: search reads accounts, memberships, notes" in added
@@ -227,7 +230,8 @@ def test_tables_add_captures_a_new_table_while_the_workload_writes_and_loses_not
     assert "notes → search" in output and "notes → warehouse" in output
 
 
-def test_tables_remove_stops_capturing_a_table_while_the_workload_writes_and_the_others_lose_nothing(own):
+def test_tables_remove_stops_capturing_a_table_while_the_workload_writes_and_the_others_lose_nothing(
+        own, record_property):
     writer = Writer(own.made, 4, ("accounts", "memberships", "notes"))
     writer.start()
     try:
@@ -235,6 +239,7 @@ def test_tables_remove_stops_capturing_a_table_while_the_workload_writes_and_the
         time.sleep(10)  # pacing: writes after the removal, which the other tables' views must get
     finally:
         wrote = writer.finish()
+    record_property("tables_remove_output", removed)
     assert wrote > 0 and "memberships no longer captured" in removed
     status = json.loads((own.settings.state_dir / "jobs" / "status.json").read_text())
     assert all("memberships" not in query["tables"] for query in status["queries"].values())
