@@ -17,8 +17,8 @@ from spark_jobs.config import PipelineConfig
 from spark_jobs.settings import SINKS
 
 Say = Callable[[str], None]
-# Restarting a query takes a Spark job or two; on 2 busy cores, tens of seconds.
-RELOAD_TIMEOUT_S = 180.0
+# A restarted query reports progress once its first batch is done: on 2 busy cores, a warehouse batch can take a minute.
+RELOAD_TIMEOUT_S = 300.0
 
 
 def _running(settings: StackSettings, service) -> bool:
@@ -26,7 +26,9 @@ def _running(settings: StackSettings, service) -> bool:
 
 
 def _applied(settings: StackSettings, pipeline: PipelineConfig, request: str) -> bool:
-    """Whether the driver handled `request` and every query now reads exactly its tables in `pipeline`."""
+    """Whether the driver handled `request` and every query reads exactly its tables in `pipeline`
+    and has made progress since (a query restarted on a new subscription that Spark refuses stops
+    at its first batch, just after it reported itself active). A query that stopped is a StackError."""
     status = driver.read_status(settings) or {}
     reload = status.get("reload") or {}
     if reload.get("request") != request:
@@ -35,15 +37,19 @@ def _applied(settings: StackSettings, pipeline: PipelineConfig, request: str) ->
         raise StackError(f"the apply jobs kept their tables: {reload['error']}")
     queries = status.get("queries", {})
     for sink in SINKS:
-        wanted = pipeline.sink_tables(sink)
-        query = queries.get(sink)
+        wanted, query = pipeline.sink_tables(sink), queries.get(sink)
         if not wanted:
             if query is not None:
                 return False
             continue
         if query is None or sorted(query.get("tables", [])) != sorted(wanted):
             return False
-        if not (query["active"] or query.get("paused")):
+        if query.get("paused"):
+            continue
+        if not query["active"] and query.get("last_error"):
+            raise StackError(f"the {sink} query stopped on its new tables: {query['last_error']} "
+                             "(see `tide jobs status` and the jobs log)")
+        if not query["active"] or query.get("batch_id") is None:
             return False
     return True
 

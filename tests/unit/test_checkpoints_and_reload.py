@@ -82,3 +82,38 @@ def test_any_other_change_is_refused_with_the_restart_to_run():
                                             "it (`tide jobs stop`, `tide jobs start`)")
     source = DEMO.model_copy(update={"source": DEMO.source.model_copy(update={"partitions": 6})})
     assert reload.refusal(DEMO, source).startswith("pipeline.yaml changed more than its tables")
+
+
+def test_tables_waits_until_every_query_reads_its_tables_and_has_made_progress_and_fails_on_a_stopped_one(tmp_path):
+    import pytest
+
+    from services.jobs import driver
+    from services.settings import StackSettings
+    from services.stack.service import StackError
+    from services.tables.jobs import _applied
+
+    settings = StackSettings(state_dir=tmp_path)
+    pipeline = DEMO
+
+    def status(request="r1", error=None, **search) -> None:
+        queries = {sink: {"active": True, "paused": False, "last_error": None, "batch_id": 3,
+                          "tables": pipeline.sink_tables(sink)} for sink in ("search", "cache", "warehouse", "analytics")}
+        queries["search"].update(search)
+        driver.status_file(settings).parent.mkdir(parents=True, exist_ok=True)
+        driver.status_file(settings).write_text(json.dumps({"queries": queries,
+                                                            "reload": {"request": request, "error": error}}))
+
+    status(request="r0")
+    assert not _applied(settings, pipeline, "r1")  # the driver has not seen the request yet
+    status(tables=["customers"])
+    assert not _applied(settings, pipeline, "r1")  # still on its old tables
+    status(batch_id=None)
+    assert not _applied(settings, pipeline, "r1")  # restarted, no progress yet
+    status()
+    assert _applied(settings, pipeline, "r1")
+    status(active=False, last_error="Partitions Set(t-0) have been deleted")
+    with pytest.raises(StackError, match="the search query stopped on its new tables: Partitions Set"):
+        _applied(settings, pipeline, "r1")
+    status(error="pipeline.yaml changed the views of orders")
+    with pytest.raises(StackError, match="the apply jobs kept their tables: pipeline.yaml changed the views"):
+        _applied(settings, pipeline, "r1")
