@@ -122,7 +122,7 @@ def remove(settings: StackSettings, table: str, say: Say) -> PipelineConfig:
     say(f"pipeline.yaml: {table} removed")
     jobs.reload(settings, new, say)
     jobs.restart_api(settings, say)
-    say(f"kept as they were, no longer updated: topic {pipeline.topic(table)} and {table}'s views")
+    say(f"kept as they were, no longer updated: topic {pipeline.topic(table)} and the views of {table}")
     return new
 
 
