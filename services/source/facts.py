@@ -44,6 +44,7 @@ class Table:
 @dataclass(frozen=True)
 class SourceFacts:
     database: str
+    server_version: int  # server_version_num, e.g. 150004
     wal_level: str
     max_replication_slots: int
     slots_used: int
@@ -59,6 +60,14 @@ class SourceFacts:
     support_tables_exist: bool
     can_create_schema: bool  # CREATE on the database (for the support schema, when it is missing)
     publication_exists: bool
+
+    @property
+    def may_grant_replication(self) -> bool:
+        """Whether the connecting user may give a role REPLICATION: a superuser; from PostgreSQL 16 on,
+        also a CREATEROLE role that has REPLICATION itself (before 16, "must be superuser to create
+        replication users")."""
+        me = self.me
+        return me.superuser or (self.server_version >= 160000 and me.create_role and me.replication)
 
 
 _ROLE = "SELECT rolname, rolsuper, rolcreaterole, rolreplication, rolcanlogin FROM pg_roles WHERE rolname = %s"
@@ -105,6 +114,7 @@ def read(conn: psycopg.Connection, cdc_user: str, pipeline: PipelineConfig) -> S
     keep = conn.execute("SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'").fetchone()
     return SourceFacts(
         database=conn.info.dbname,
+        server_version=conn.info.server_version,
         wal_level=_setting(conn, "wal_level") or "",
         max_replication_slots=int(_setting(conn, "max_replication_slots") or 0),
         slots_used=_one(conn, "SELECT count(*) FROM pg_replication_slots"),

@@ -55,17 +55,14 @@ def server_problems(found: SourceFacts) -> list[str]:
 
 def role_problems(found: SourceFacts, cdc_user: str) -> list[str]:
     """The CDC role may log in and replicate, or the connecting user may make it so."""
-    me = found.me
-    may_grant_replication = me.superuser or (me.create_role and me.replication)
-    cdc = found.cdc
-    if cdc is not None and cdc.replication and cdc.login:
-        return []
-    if may_grant_replication:
+    me, cdc = found.me, found.cdc
+    if (cdc is not None and cdc.replication and cdc.login) or found.may_grant_replication:
         return []
     missing = "does not exist" if cdc is None else "lacks " + " and ".join(
         attribute for attribute, held in (("REPLICATION", cdc.replication), ("LOGIN", cdc.login)) if not held)
-    return [f"role {cdc_user} {missing}, and {me.name} may not grant the replication privilege (it is neither "
-            f"superuser nor CREATEROLE with REPLICATION): connect as a role that is, or have a DBA run "
+    return [f"role {cdc_user} {missing}, and {me.name} may not grant the replication privilege (it is not a "
+            f"superuser{'' if found.server_version < 160000 else ', nor CREATEROLE with REPLICATION'}): connect as "
+            f"a role that is, or have a DBA run "
             f"CREATE ROLE {cdc_user} WITH LOGIN REPLICATION ... ({DBA_SQL})"]
 
 

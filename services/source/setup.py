@@ -26,8 +26,8 @@ Say = Callable[[str], None]
 
 
 def _role(conn: psycopg.Connection, settings: StackSettings, found: SourceFacts) -> str:
-    role, me = settings.cdc_user, found.me
-    if me.superuser or (me.create_role and me.replication):
+    role = settings.cdc_user
+    if found.may_grant_replication:
         capture.sync_role(conn, settings)
         verb = "set to" if found.cdc is not None else "created with"
         return f"role {role} {verb} LOGIN REPLICATION and TIDE_CDC_PASSWORD"

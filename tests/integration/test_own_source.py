@@ -101,9 +101,9 @@ def test_a_table_with_replica_identity_nothing_is_refused(ready, tmp_path):
 def test_a_role_without_the_replication_privilege_is_told_who_may_grant_it(ready, tmp_path):
     found = problem_lines(tide(ready.url("appuser", "app-pw"), ["accounts"], tmp_path, "source", "check"))
     assert found[0] == (
-        "role tideline_cdc does not exist, and appuser may not grant the replication privilege (it is neither "
-        "superuser nor CREATEROLE with REPLICATION): connect as a role that is, or have a DBA run CREATE ROLE "
-        "tideline_cdc WITH LOGIN REPLICATION ... (`tide source sql` prints what a DBA can run instead)")
+        "role tideline_cdc does not exist, and appuser may not grant the replication privilege (it is not a "
+        "superuser): connect as a role that is, or have a DBA run CREATE ROLE tideline_cdc WITH LOGIN REPLICATION ... "
+        "(`tide source sql` prints what a DBA can run instead)")
     assert found[1].startswith("public.accounts is owned by owner, not appuser: only its owner may publish it")
 
 

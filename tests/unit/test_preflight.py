@@ -16,7 +16,7 @@ OWNER = Role("owner", superuser=False, create_role=True, replication=True, login
 ACCOUNTS = Table("app", "accounts", has_primary_key=True, replica_identity="d", owner="owner", owned_by_me=True,
                  cdc_can_select=False, published=False)
 READY = SourceFacts(
-    database="appdb", wal_level="logical", max_replication_slots=10, slots_used=2, max_wal_senders=10,
+    database="appdb", server_version=160004, wal_level="logical", max_replication_slots=10, slots_used=2, max_wal_senders=10,
     senders_used=1, max_slot_wal_keep_mb=2048, slot_exists=False, slot_active=False, me=OWNER, cdc=None,
     tables={"accounts": ACCOUNTS}, support_tables_exist=False, can_create_schema=True, publication_exists=False,
 )
@@ -56,9 +56,16 @@ def test_full_slots_and_senders_are_no_problem_when_the_connector_already_stream
 def test_a_user_who_may_not_grant_replication_is_told_to_connect_as_one_who_may_or_ask_a_dba():
     plain = replace(READY, me=replace(OWNER, create_role=True, replication=False))
     assert lines(plain) == [
-        "role tideline_cdc does not exist, and owner may not grant the replication privilege (it is neither superuser "
+        "role tideline_cdc does not exist, and owner may not grant the replication privilege (it is not a superuser, "
         "nor CREATEROLE with REPLICATION): connect as a role that is, or have a DBA run CREATE ROLE tideline_cdc WITH "
         "LOGIN REPLICATION ... (`tide source sql` prints what a DBA can run instead)"]
+
+
+def test_before_postgresql_16_only_a_superuser_may_grant_replication():
+    assert lines(replace(READY, server_version=150004)) == [
+        "role tideline_cdc does not exist, and owner may not grant the replication privilege (it is not a superuser): "
+        "connect as a role that is, or have a DBA run CREATE ROLE tideline_cdc WITH LOGIN REPLICATION ... "
+        "(`tide source sql` prints what a DBA can run instead)"]
 
 
 def test_an_existing_cdc_role_without_replication_is_named_with_what_it_lacks():
