@@ -47,7 +47,13 @@ def captured_tables(config: PipelineConfig) -> list[tuple[str, str]]:
 
 def support_tables(config: PipelineConfig) -> list[tuple[str, str]]:
     """The signal and heartbeat tables: published too, and written by the CDC role."""
-    return [(config.source.schema_name, SIGNAL_TABLE), (config.source.schema_name, HEARTBEAT_TABLE)]
+    schema = config.source.support_schema_name
+    return [(schema, SIGNAL_TABLE), (schema, HEARTBEAT_TABLE)]
+
+
+def schemas(config: PipelineConfig) -> list[str]:
+    """The captured tables' schema, then the support tables' if it is another."""
+    return list(dict.fromkeys([config.source.schema_name, config.source.support_schema_name]))
 
 
 def published_tables(config: PipelineConfig) -> list[tuple[str, str]]:
@@ -64,6 +70,28 @@ def apply(conn: psycopg.Connection, settings: StackSettings, config: PipelineCon
     sync_grants(conn, settings.cdc_user, config)
     sync_publication(conn, config)
     sync_replica_identity(conn, config)
+
+
+# The support tables as migration 0002 creates them, for a database Tideline does not migrate.
+_SUPPORT_DDL = {
+    SIGNAL_TABLE: "id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048)",
+    HEARTBEAT_TABLE: "id integer PRIMARY KEY, beat_at timestamptz NOT NULL",
+}
+
+
+def support_statements(config: PipelineConfig) -> list[sql.Composable]:
+    """CREATE SCHEMA / TABLE IF NOT EXISTS for the signal and heartbeat tables (idempotent)."""
+    schema = config.source.support_schema_name
+    return [
+        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)),
+        *(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(sql.Identifier(schema, table), sql.SQL(columns))
+          for table, columns in _SUPPORT_DDL.items()),
+    ]
+
+
+def ensure_support_tables(conn: psycopg.Connection, config: PipelineConfig) -> None:
+    for statement in support_statements(config):
+        conn.execute(statement)
 
 
 def sync_role(conn: psycopg.Connection, settings: StackSettings) -> None:
@@ -98,22 +126,22 @@ def sync_grants(conn: psycopg.Connection, role: str, config: PipelineConfig) -> 
     heartbeat table (the heartbeat upsert). Table grants in the schema are
     revoked first, so a table dropped from pipeline.yaml loses its grant.
     """
-    schema = sql.Identifier(config.source.schema_name)
     who = sql.Identifier(role)
     database = sql.Identifier(conn.info.dbname)
     conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(database, who))
-    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, who))
-    conn.execute(sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(schema, who))
+    for schema in map(sql.Identifier, schemas(config)):
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, who))
+        conn.execute(sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(schema, who))
     conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(_names(captured_tables(config)), who))
     conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(_names(support_tables(config)), who))
 
 
 def revoke_grants(conn: psycopg.Connection, role: str, config: PipelineConfig) -> None:
     """Undo sync_grants (used before dropping the role)."""
-    schema = sql.Identifier(config.source.schema_name)
     who = sql.Identifier(role)
-    conn.execute(sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(schema, who))
-    conn.execute(sql.SQL("REVOKE USAGE ON SCHEMA {} FROM {}").format(schema, who))
+    for schema in map(sql.Identifier, schemas(config)):
+        conn.execute(sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(schema, who))
+        conn.execute(sql.SQL("REVOKE USAGE ON SCHEMA {} FROM {}").format(schema, who))
     conn.execute(sql.SQL("REVOKE CONNECT ON DATABASE {} FROM {}").format(sql.Identifier(conn.info.dbname), who))
 
 

@@ -12,8 +12,10 @@ from services.connector.snapshot import capture_ops_app
 from services.db.cli import db_app
 from services.demo.cli import demo_app
 from services.jobs.cli import jobs_app, rebuild_app
+from services.source.cli import init_command, source_app
 from services.stack.cli import stack_app
 from services.status.cli import status_command
+from services.tables.cli import tables_app
 from services.up.cli import down_command, serve_command, up_command
 from services.verify.cli import verify_command
 
@@ -26,7 +28,10 @@ app = typer.Typer(
 app.command("up")(up_command)
 app.command("down")(down_command)
 app.command("serve")(serve_command)
+app.command("init")(init_command)
 app.add_typer(stack_app, name="stack")
+app.add_typer(source_app, name="source")
+app.add_typer(tables_app, name="tables")
 app.add_typer(db_app, name="db")
 app.add_typer(demo_app, name="demo")
 app.add_typer(connector_app, name="connector")

@@ -22,6 +22,8 @@ errors = Console(stderr=True, soft_wrap=True)
 def _one_line(exc: ValidationError) -> str:
     first = exc.errors()[0]
     field = ".".join(str(part) for part in first["loc"])
+    if not field:  # a check across settings (e.g. TIDE_POSTGRES_URL's parts): its message names them
+        return f"invalid settings: {first['msg'].removeprefix('Value error, ')}"
     return f"invalid setting TIDE_{field.upper()}: {first['msg']}"
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+from psycopg import ProgrammingError
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -50,6 +52,11 @@ class StackSettings(BaseSettings):
     postgres_db: str = "tideline"
     postgres_user: str = "tideline"
     postgres_password: SecretStr | None = None
+    # An existing PostgreSQL to capture (a URL, postgresql://user:password@host:port/db, or libpq's
+    # key=value form). Set, the stack starts no PostgreSQL of its own and Tideline never creates or
+    # alters its tables: what it states in the URL replaces postgres_host/port/db/user/password
+    # (docs/own-database.md).
+    postgres_url: SecretStr | None = None
     # Least-privilege role Debezium logs in as (LOGIN REPLICATION, SELECT on captured tables).
     cdc_user: str = "tideline_cdc"
     cdc_password: SecretStr | None = None
@@ -82,6 +89,16 @@ class StackSettings(BaseSettings):
 
     startup_timeout_s: float = Field(default=240.0, gt=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _source_from_url(cls, values: Any) -> Any:
+        """Spread TIDE_POSTGRES_URL over the postgres_* fields: the parts it states win."""
+        if not isinstance(values, dict) or not values.get("postgres_url"):
+            return values
+        url = values["postgres_url"]
+        parts = _url_parts(url.get_secret_value() if isinstance(url, SecretStr) else str(url))
+        return {**values, **parts}
+
     @model_validator(mode="after")
     def _ports_are_distinct(self) -> StackSettings:
         ports = self.ports()
@@ -93,8 +110,17 @@ class StackSettings(BaseSettings):
         return self
 
     def ports(self) -> dict[str, int]:
-        """Every port field by name (used for the distinctness check and the port-in-use check)."""
-        return {name: value for name, value in self.model_dump().items() if name.endswith("_port")}
+        """Every port field of a service this stack runs, by name (used for the distinctness check and
+        the port-in-use check): an existing PostgreSQL's port is its own business."""
+        ports = {name: value for name, value in self.model_dump().items() if name.endswith("_port")}
+        if self.source_external:
+            del ports["postgres_port"]
+        return ports
+
+    @property
+    def source_external(self) -> bool:
+        """Whether the source is a PostgreSQL Tideline did not start (TIDE_POSTGRES_URL is set)."""
+        return self.postgres_url is not None
 
     @property
     def logs_dir(self) -> Path:
@@ -126,6 +152,27 @@ class StackSettings(BaseSettings):
 
     def require_cdc_password(self) -> str:
         return _require_secret("cdc_password", self.cdc_password)
+
+
+# libpq's names for the parts of a connection string -> the settings they fill.
+_URL_FIELDS = {"host": "postgres_host", "port": "postgres_port", "dbname": "postgres_db",
+               "user": "postgres_user", "password": "postgres_password"}
+
+
+def _url_parts(url: str) -> dict[str, str]:
+    """The postgres_* settings a connection URL states. One host only: the connector, the jobs and
+    verify all reach the source at one address."""
+    try:
+        parts = conninfo_to_dict(url)
+    except ProgrammingError as exc:
+        raise ValueError(f"TIDE_POSTGRES_URL is not a PostgreSQL connection URL ({str(exc).strip()}): "
+                         "write it as postgresql://user:password@host:port/dbname") from None
+    if "," in str(parts.get("host", "")):
+        raise ValueError("TIDE_POSTGRES_URL names several hosts: give the one primary Tideline captures")
+    if not parts.get("host") or str(parts["host"]).startswith("/"):
+        raise ValueError("TIDE_POSTGRES_URL has no TCP host: Kafka Connect reaches the source over TCP, "
+                         "write postgresql://user:password@host:port/dbname")
+    return {field: str(parts[name]) for name, field in _URL_FIELDS.items() if parts.get(name)}
 
 
 def _require_secret(field: str, value: SecretStr | None) -> str:

@@ -32,6 +32,9 @@ class SourceConfig(_Strict):
     """Where changes come from and how Debezium names what it creates."""
 
     schema_name: Identifier = Field(default="public", alias="schema")
+    # Where Tideline's own signal and heartbeat tables live (docs/capture.md); unset = `schema`. A
+    # schema of their own keeps them out of an application's schema and its migrations' sight.
+    support_schema: Identifier | None = None
     # Kafka Connect connector name.
     connector: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")] = "tideline-postgres"
     slot: Identifier = "tideline"
@@ -41,6 +44,10 @@ class SourceConfig(_Strict):
     # Partitions per change topic: more partitions, more parallel apply tasks.
     partitions: int = Field(default=3, ge=1, le=1024)
     heartbeat_interval_ms: int = Field(default=10_000, ge=100)
+
+    @property
+    def support_schema_name(self) -> str:
+        return self.support_schema or self.schema_name
 
 
 class SearchView(_Strict):

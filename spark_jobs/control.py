@@ -1,8 +1,10 @@
-"""Operator control of the running driver: which sinks' queries are paused.
+"""Operator control of the running driver: which sinks' queries are paused, and requests to re-read
+pipeline.yaml's tables.
 
-`tide jobs pause <sink>` writes the file; the driver reads it every supervision loop (at most
-a few seconds) and stops or restarts that one query, leaving the others running. Kept here,
-next to the driver, so the jobs need nothing from `services` to read it.
+`tide jobs pause <sink>` writes the paused file; the driver reads it every supervision loop (at most
+a few seconds) and stops or restarts that one query, leaving the others running. `tide tables add |
+remove` writes the reload file the same way. Kept here, next to the driver, so the jobs need nothing
+from `services` to read them.
 """
 
 from __future__ import annotations
@@ -26,4 +28,22 @@ def write_paused(path: Path, paused: frozenset[str] | set[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps({"paused": sorted(paused)}))
+    os.replace(temporary, path)
+
+
+def read_reload(path: Path) -> str | None:
+    """The newest request to re-read pipeline.yaml's tables (`tide tables add|remove`), None if none."""
+    try:
+        request = json.loads(path.read_text()).get("request")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return request if isinstance(request, str) else None
+
+
+def write_reload(path: Path, request: str) -> None:
+    """Ask the running driver to re-read pipeline.yaml's tables; it reports `request` in its status
+    once done (atomically written, as the paused set)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps({"request": request}))
     os.replace(temporary, path)

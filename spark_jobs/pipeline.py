@@ -27,10 +27,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs import control, dead_letters
+from spark_jobs import checkpoints, control, dead_letters, reload
 from spark_jobs.catalogue import LiveCatalogue
 from spark_jobs.changes.stream import decode_stream
-from spark_jobs.config import PipelineConfig
+from spark_jobs.config import PipelineConfig, PipelineConfigError, load
 from spark_jobs.newest import newest_per_row
 from spark_jobs.settings import JobSettings, SinkName
 from spark_jobs.sinks.base import Batch, Capability, Sink
@@ -62,14 +62,16 @@ def live_catalogue(settings: JobSettings, pipeline: PipelineConfig) -> LiveCatal
                          settings.checkpoint_dir / "catalogue.json")
 
 
-def source(spark: SparkSession, settings: JobSettings, topics: list[str]) -> DataFrame:
+def source(spark: SparkSession, settings: JobSettings, topics: list[str], starting: str = "earliest") -> DataFrame:
     """The change topics as a stream. Earliest on a fresh checkpoint (a new sink starts from the
-    beginning of the compacted topics); failOnDataLoss so a gap is an error, never skipped."""
+    beginning of the compacted topics), unless it continues a retired one (spark_jobs/checkpoints.py);
+    a topic added to a running query's subscription is read from its start too. failOnDataLoss so a
+    gap is an error, never skipped."""
     return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
         .option("subscribe", ",".join(topics))
-        .option("startingOffsets", "earliest")
+        .option("startingOffsets", starting)
         .option("failOnDataLoss", "true")
         # A task reading a partition up to the batch's end offset waited the consumer's default
         # fetch.max.wait.ms (500 ms) per partition while producers were active: measured 2.5-3 s
@@ -162,11 +164,13 @@ def build_query(
     writer = BatchWriter(sink, settings, catalogue)
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", sink_name)  # the query's jobs run in its own pool
     topics = [pipeline.topic(table) for table in writer.tables]
+    checkpoint = checkpoint or settings.checkpoint_dir / sink_name
+    starting = checkpoints.starting_offsets(checkpoint, topics, pipeline.source.partitions)
     stream = (
-        source(spark, settings, topics)
-        .writeStream.queryName(f"tideline-{sink_name}" + ("-rebuild" if checkpoint else ""))
+        source(spark, settings, topics, starting)
+        .writeStream.queryName(f"tideline-{sink_name}" + ("" if checkpoint.name == sink_name else "-rebuild"))
         .foreachBatch(writer)
-        .option("checkpointLocation", str(checkpoint or settings.checkpoint_dir / sink_name))
+        .option("checkpointLocation", str(checkpoint))
     )
     # Delta's queries run fewer, larger batches (a fixed cost per commit); the others the short interval.
     delta_intervals = {"warehouse": settings.warehouse_trigger_interval, "analytics": settings.analytics_trigger_interval}
@@ -199,17 +203,55 @@ def _log_progress(sink: str, state: _Supervised) -> None:
         )
 
 
+@dataclass
+class _Reloads:
+    """The last request to re-read pipeline.yaml the driver handled, and why it was refused, if it was."""
+
+    handled: str | None
+    error: str | None = None
+
+
+def _reload(settings: JobSettings, pipeline: PipelineConfig, supervised: dict[str, _Supervised]) -> PipelineConfig:
+    """Re-read pipeline.yaml's tables: stop each query whose tables changed, set its checkpoint aside
+    if a table left it, and let the loop start it again on its new topics. The others run on.
+    Raises PipelineConfigError (nothing changed) if the new file cannot replace the old one."""
+    new = load(settings.pipeline_file)
+    if problem := reload.refusal(pipeline, new):
+        raise PipelineConfigError(problem)
+    for sink, change in reload.changes(pipeline, new, list(settings.sinks)).items():
+        log.warning("query %s: tables %s -> %s", sink, sorted(change.before), sorted(change.after))
+        state = supervised.pop(sink, None)
+        if state is not None and state.query is not None and state.query.isActive:
+            state.query.stop()
+        if change.removed:
+            checkpoints.retire(settings.checkpoint_dir / sink)
+        if change.after:
+            supervised[sink] = _Supervised(paused=state.paused if state else False)
+    return new
+
+
 def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, max_backoff_s: float = 30.0) -> None:
     """Run every configured sink's query; restart one that fails (e.g. its store is down) with
-    exponential back-off while the others keep running. Returns only if the session stops."""
+    exponential back-off while the others keep running; re-read pipeline.yaml's tables when asked
+    (`tide tables add | remove`). Returns only if the session stops."""
     supervised = {sink: _Supervised() for sink in settings.sinks if pipeline.sink_tables(sink)}
+    # A request written before this driver started is already in the pipeline it loaded.
+    reloads = _Reloads(control.read_reload(settings.reload_file))
     while True:
         now = time.monotonic()
+        if (request := control.read_reload(settings.reload_file)) != reloads.handled:
+            try:
+                pipeline, reloads.error = _reload(settings, pipeline, supervised), None
+            except PipelineConfigError as exc:
+                reloads.error = str(exc)
+                log.error("pipeline.yaml not re-read: %s", exc)
+            reloads.handled = request
         paused = control.read_paused(settings.paused_file)
         for sink, state in supervised.items():
             if _hold_paused(sink, state, sink in paused):
                 continue
             if state.query is not None and state.query.isActive:
+                checkpoints.drop_retired(settings.checkpoint_dir / sink)
                 _log_progress(sink, state)
                 if now - state.started_at > max_backoff_s:
                     state.backoff = 1.0  # healthy for a while: the next failure retries quickly again
@@ -227,7 +269,7 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
                     log.error("cannot start query %s: %s; retrying in %.0fs", sink, exc, state.backoff)
                     state.retry_at = now + state.backoff
                     state.backoff = min(state.backoff * 2, max_backoff_s)
-        write_status(settings, supervised)
+        write_status(settings, supervised, pipeline, reloads)
         try:
             spark.streams.awaitAnyTermination(timeout=5)
         except StreamingQueryException:
@@ -250,8 +292,10 @@ def _hold_paused(sink: str, state: _Supervised, paused: bool) -> bool:
     return paused
 
 
-def write_status(settings: JobSettings, supervised: dict[str, _Supervised]) -> None:
-    """Each query's state for `tide jobs status` (written atomically: write then rename)."""
+def write_status(settings: JobSettings, supervised: dict[str, _Supervised], pipeline: PipelineConfig,
+                 reloads: _Reloads) -> None:
+    """Each query's state and tables for `tide jobs status` and `tide tables` (written atomically:
+    write then rename), and the last reload request handled."""
     status = {
         "written_at_ms": int(time.time() * 1000),
         "queries": {
@@ -260,9 +304,11 @@ def write_status(settings: JobSettings, supervised: dict[str, _Supervised]) -> N
                 "paused": state.paused,
                 "last_error": state.last_error,
                 "batch_id": (state.query.lastProgress or {}).get("batchId") if state.query else None,
+                "tables": pipeline.sink_tables(sink),
             }
             for sink, state in supervised.items()
         },
+        "reload": {"request": reloads.handled, "error": reloads.error},
     }
     settings.status_file.parent.mkdir(parents=True, exist_ok=True)
     temporary = settings.status_file.with_suffix(".tmp")

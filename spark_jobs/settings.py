@@ -36,6 +36,8 @@ class JobSettings(BaseSettings):
     status_file: Path = Path(".tideline/jobs/status.json")
     # Written by `tide jobs pause|resume`, read by the driver: the sinks whose query is held stopped.
     paused_file: Path = Path(".tideline/jobs/paused.json")
+    # Written by `tide tables add|remove`, read by the driver: re-read pipeline.yaml's tables.
+    reload_file: Path = Path(".tideline/jobs/reload.json")
     # Records that cannot be decoded or applied go here with the reason.
     dlq_topic: str = "tideline.dlq"
     # A read-only PostgreSQL connection (libpq conninfo) for the column catalogue: change records carry

@@ -22,11 +22,11 @@ def tide_env(settings: StackSettings, fields: Iterable[str]) -> dict[str, str]:
     return {**os.environ, "COLUMNS": "200", **overrides}
 
 
-def tide_result(settings: StackSettings, *args: str, fields: Iterable[str], timeout: float = 900
-                ) -> subprocess.CompletedProcess:
-    """Run `tide ARGS` with those settings; whatever it returns, failing or not."""
-    return subprocess.run([*TIDE, *args], env=tide_env(settings, fields), capture_output=True, text=True,
-                          timeout=timeout)
+def tide_result(settings: StackSettings, *args: str, fields: Iterable[str], timeout: float = 900,
+                extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `tide ARGS` with those settings (and `extra` variables); whatever it returns, failing or not."""
+    return subprocess.run([*TIDE, *args], env={**tide_env(settings, fields), **(extra or {})}, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def run_tide(settings: StackSettings, *args: str, fields: Iterable[str], timeout: float = 900) -> str:

@@ -37,7 +37,7 @@ def _inputs() -> tuple[psycopg.Connection, StackSettings, PipelineConfig]:
 
 def upgrade() -> None:
     conn, settings, pipeline = _inputs()
-    schema = pipeline.source.schema_name
+    schema = pipeline.source.support_schema_name
     op.create_table(
         capture.SIGNAL_TABLE,
         sa.Column("id", sa.String(42), nullable=False),
@@ -60,5 +60,5 @@ def downgrade() -> None:
     conn, settings, pipeline = _inputs()
     capture.drop_publication(conn, pipeline)
     capture.drop_role(conn, settings.cdc_user, pipeline)
-    op.drop_table(capture.HEARTBEAT_TABLE, schema=pipeline.source.schema_name)
-    op.drop_table(capture.SIGNAL_TABLE, schema=pipeline.source.schema_name)
+    op.drop_table(capture.HEARTBEAT_TABLE, schema=pipeline.source.support_schema_name)
+    op.drop_table(capture.SIGNAL_TABLE, schema=pipeline.source.support_schema_name)

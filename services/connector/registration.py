@@ -1,8 +1,9 @@
 """Register the Debezium PostgreSQL connector from connectors/tideline-postgres.json and pipeline.yaml.
 
 `apply` checks everything it can *before* it touches anything (pipeline file,
-Connect reachable, every table exists and has a primary key, Connect's own
-config validation), then syncs the CDC role, grants and publication, then
+Connect reachable, the source's preflight: logical WAL, a free slot, every table
+exists, is keyed and can be published; Connect's own config validation), then
+makes the CDC role, grants and publication so (services/source/setup.py), then
 PUTs the config (create or update). A failed check registers nothing.
 """
 
@@ -15,10 +16,11 @@ from typing import Any
 
 import psycopg
 
-from migrations import capture
 from services.connector import slot_safety
 from services.connector.connect_api import ConnectApi, ConnectError
 from services.settings import StackSettings
+from services.source import preflight
+from services.source import setup as source_setup
 from services.stack import kafka, postgres
 from services.stack.service import StackError
 from services.stack.templates import substitute
@@ -41,7 +43,7 @@ def render_config(settings: StackSettings, pipeline: PipelineConfig,
         "SLOT_NAME": source.slot,
         "PUBLICATION_NAME": source.publication,
         "TABLE_INCLUDE_LIST": ",".join(rf"{source.schema_name}\.{table}" for table in pipeline.tables),
-        "SCHEMA": source.schema_name,
+        "SUPPORT_SCHEMA": source.support_schema_name,
         "HEARTBEAT_INTERVAL_MS": str(source.heartbeat_interval_ms),
         "PARTITIONS": str(source.partitions),
     }
@@ -55,35 +57,6 @@ def render_config(settings: StackSettings, pipeline: PipelineConfig,
     if excluded:
         config["column.exclude.list"] = ",".join(excluded)
     return {"name": source.connector, **config, **(overrides or {})}
-
-
-def check_tables(conn: psycopg.Connection, pipeline: PipelineConfig) -> None:
-    """Every configured table exists and has a primary key (views are keyed by it)."""
-    schema = pipeline.source.schema_name
-    rows = conn.execute(
-        """
-        SELECT c.relname, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
-        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND c.relname = ANY(%s)
-        """,
-        (schema, list(pipeline.tables)),
-    ).fetchall()
-    found = dict(rows)
-    missing = [table for table in pipeline.tables if table not in found]
-    if missing:
-        raise StackError(
-            f"pipeline.yaml names {', '.join(f'{schema}.{t}' for t in missing)}, which does not exist: "
-            "run `tide db migrate` or fix pipeline.yaml"
-        )
-    keyless = [table for table, has_key in found.items() if not has_key]
-    if keyless:
-        raise StackError(
-            f"{', '.join(f'{schema}.{t}' for t in keyless)} has no primary key: every view is keyed by it; "
-            "add one or remove the table from pipeline.yaml"
-        )
-    for table, views in pipeline.tables.items():
-        if views.exclude_columns:
-            check_excluded_columns(conn, schema, table, views.exclude_columns)
 
 
 def check_excluded_columns(conn: psycopg.Connection, schema: str, table: str, excluded: list[str]) -> None:
@@ -120,11 +93,15 @@ def apply(settings: StackSettings, pipeline: PipelineConfig, wait_s: float = 60.
         api.ping()
         require_resumable(settings, api, pipeline)
         with psycopg.connect(postgres.conninfo(settings)) as conn:
-            check_tables(conn, pipeline)
+            preflight.require_ready(conn, settings, pipeline)  # before anything is changed or registered
+            for table, views in pipeline.tables.items():
+                if views.exclude_columns:
+                    check_excluded_columns(conn, pipeline.source.schema_name, table, views.exclude_columns)
             problems = api.validate(config["connector.class"], config)
             if problems:
                 raise ConnectError(f"Kafka Connect rejected the connector config: {' | '.join(problems)}")
-            capture.apply(conn, settings, pipeline)
+            source_setup.prepare(conn, settings, pipeline)
+        preflight.require_cdc_login(settings)
         create_change_topics(settings, pipeline)
         api.put_config(pipeline.source.connector, config)
         return wait_running(api, pipeline.source.connector, wait_s)

@@ -167,7 +167,7 @@ def require_running(settings: StackSettings, pipeline: PipelineConfig) -> None:
 def _insert_signal(settings: StackSettings, pipeline: PipelineConfig, signal_id: str, kind: str, payload: str) -> int:
     """Insert one row into the signalling table as the database owner; returns the WAL position just before it."""
     statement = sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(
-        sql.Identifier(pipeline.source.schema_name, capture.SIGNAL_TABLE)
+        sql.Identifier(pipeline.source.support_schema_name, capture.SIGNAL_TABLE)
     )
     with psycopg.connect(postgres.conninfo(settings)) as conn:
         before = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0]
@@ -452,6 +452,23 @@ def run(
     return execute(settings, pipeline, prepare(settings, pipeline, table, where), timeout_s, on_progress)
 
 
+def execute_with_bar(settings: StackSettings, pipeline: PipelineConfig, plan: SnapshotPlan,
+                     timeout_s: float = DEFAULT_TIMEOUT_S) -> SnapshotProgress:
+    """`execute`, showing a progress bar of the rows re-emitted against the count taken at the start."""
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as bar:
+        task = bar.add_task(f"snapshot {plan.table}", total=plan.estimated)
+
+        def show(progress: SnapshotProgress) -> None:
+            # Concurrent inserts can push the count past the estimate; at the end the bar shows what was re-emitted.
+            total = progress.emitted if progress.delivered else max(progress.estimated, progress.emitted)
+            description = f"{progress.table} {progress.state.lower()}"
+            bar.update(task, total=total, completed=progress.emitted, description=description)
+
+        return execute(settings, pipeline, plan, timeout_s, on_progress=show)
+
+
 # `tide snapshot`, `tide topics` and `tide tail` are top-level commands: this app has no
 # name, so `app.add_typer(capture_ops_app)` merges its commands into `tide` itself.
 capture_ops_app = typer.Typer()
@@ -473,18 +490,7 @@ def snapshot_command(
     with user_errors():
         pipeline = capture.load_pipeline(settings)
         plan = prepare(settings, pipeline, table, where)  # before the bar: a refused request shows only its error
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-        ) as bar:
-            task = bar.add_task(f"snapshot {plan.table}", total=plan.estimated)
-
-            def show(progress: SnapshotProgress) -> None:
-                # Concurrent inserts can push the count past the estimate; at the end the bar shows what was re-emitted.
-                total = progress.emitted if progress.delivered else max(progress.estimated, progress.emitted)
-                description = f"{progress.table} {progress.state.lower()}"
-                bar.update(task, total=total, completed=progress.emitted, description=description)
-
-            result = execute(settings, pipeline, plan, timeout, on_progress=show)
+        result = execute_with_bar(settings, pipeline, plan, timeout)
     console.print(
         f"snapshot of {result.table} completed: {result.emitted} rows re-emitted "
         f"({result.estimated} counted at the start); signal {result.signal_id}",

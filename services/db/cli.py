@@ -26,6 +26,7 @@ def migrate(
     with user_errors(), database_errors(settings):
         import migrations  # here, not at import time: `tide stack ...` need not load SQLAlchemy and Alembic
 
+        require_own_database(settings)
         migrations.upgrade(settings, revision)
         _print_current(settings)
 
@@ -39,6 +40,7 @@ def downgrade(
     with user_errors(), database_errors(settings):
         import migrations
 
+        require_own_database(settings)
         migrations.downgrade(settings, revision)
         _print_current(settings)
 
@@ -49,6 +51,13 @@ def current() -> None:
     settings = load_settings()
     with user_errors(), database_errors(settings):
         _print_current(settings)
+
+
+def require_own_database(settings: StackSettings) -> None:
+    """Migrations create and drop the demo schema: never in a database Tideline does not own."""
+    if settings.source_external:
+        raise StackError("TIDE_POSTGRES_URL names your own database, which Tideline never migrates: "
+                         "`tide source setup` makes only what capture needs (docs/own-database.md)")
 
 
 def _print_current(settings: StackSettings) -> None:

@@ -45,6 +45,7 @@ def job_env(settings: StackSettings) -> dict[str, str]:
         "TIDE_JOB_JARS_DIR": str(jars.bundle_dir(settings, "spark")),
         "TIDE_JOB_STATUS_FILE": str(status_file(settings)),
         "TIDE_JOB_PAUSED_FILE": str(paused_file(settings)),
+        "TIDE_JOB_RELOAD_FILE": str(reload_file(settings)),
         "TIDE_JOB_TRIGGER_INTERVAL": settings.job_trigger_interval,
         "TIDE_JOB_MAX_OFFSETS_PER_TRIGGER": str(settings.job_max_offsets_per_trigger),
         "TIDE_JOB_DRIVER_MEMORY": settings.job_driver_memory,
@@ -63,6 +64,10 @@ def status_file(settings: StackSettings) -> Path:
 
 def paused_file(settings: StackSettings) -> Path:
     return settings.state_dir / "jobs" / "paused.json"
+
+
+def reload_file(settings: StackSettings) -> Path:
+    return settings.state_dir / "jobs" / "reload.json"
 
 
 def read_status(settings: StackSettings) -> dict | None:

@@ -3,22 +3,12 @@ the offsets in the query's checkpoint (what Spark committed) against Kafka's end
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from kafka import KafkaConsumer, TopicPartition
 
 from services.settings import StackSettings
+from spark_jobs.checkpoints import committed_offsets
 
-
-def committed_offsets(checkpoint: Path) -> dict[str, dict[int, int]]:
-    """{topic: {partition: next offset}} after the newest committed micro-batch; {} before the first."""
-    commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")] if (checkpoint / "commits").is_dir() else []
-    if not commits:
-        return {}
-    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
-    source = json.loads(lines[2])  # line 0: version, line 1: batch metadata, then one line per source
-    return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in source.items()}
+__all__ = ["committed_offsets", "end_offsets", "records_behind"]
 
 
 def end_offsets(settings: StackSettings, topics: list[str], bootstrap_timeout_ms: int = 30_000,

@@ -23,6 +23,7 @@ import redis
 from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import process, runner
+from spark_jobs import checkpoints
 from spark_jobs.config import PipelineConfig, load
 from spark_jobs.settings import JobSettings
 
@@ -79,6 +80,7 @@ def rebuild_by_replay(settings: StackSettings, sink: str, report: Report) -> Non
         for folder in make_sink(sink, jobs, load(jobs.pipeline_file)).folders():
             shutil.rmtree(folder, ignore_errors=True)
     shutil.rmtree(jobs.checkpoint_dir / sink, ignore_errors=True)
+    shutil.rmtree(checkpoints.retired(jobs.checkpoint_dir / sink), ignore_errors=True)  # else it would resume there
     report(f"{sink} cleared; replaying from offset zero")
     if was_running:
         runner.start_and_wait(settings, [driver.SERVICE])

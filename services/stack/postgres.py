@@ -42,6 +42,11 @@ def conninfo(settings: StackSettings, dbname: str | None = None) -> str:
     )
 
 
+def address(settings: StackSettings) -> str:
+    """host:port/database, for messages (never the credentials)."""
+    return f"{settings.host_of('postgres')}:{settings.postgres_port}/{settings.postgres_db}"
+
+
 def prepare(settings: StackSettings) -> None:
     """initdb once (the superuser is TIDE_POSTGRES_USER with a scram password, no trust auth); when the
     server listens beyond loopback, admit password logins from its own subnets too."""
@@ -117,12 +122,14 @@ def command(settings: StackSettings) -> list[str]:
 
 
 def probe(settings: StackSettings) -> str:
+    # Our own cluster answers on `postgres` before the application database exists; yours on its database.
+    database = settings.postgres_db if settings.source_external else "postgres"
     try:
-        with psycopg.connect(conninfo(settings, "postgres")) as conn:
+        with psycopg.connect(conninfo(settings, database)) as conn:
             wal_level = conn.execute("SHOW wal_level").fetchone()[0]
     except psycopg.OperationalError as exc:
         message = str(exc).strip().splitlines()[0]
-        if "password authentication failed" in message:
+        if "password authentication failed" in message and not settings.source_external:
             # Permanent, not a start-up delay: the cluster was initialised with another password.
             raise StackError(
                 f"PostgreSQL rejected TIDE_POSTGRES_USER/TIDE_POSTGRES_PASSWORD: the cluster in {data_dir(settings)} "

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.settings import StackSettings
-from services.stack import process
-from services.stack.catalogue import CATALOGUE
+from services.stack import postgres, process
+from services.stack.catalogue import CATALOGUE, managed
 from services.stack.jars import ensure
 from services.stack.service import Service, StackError, Unhealthy
 
@@ -121,8 +121,24 @@ def _start(settings: StackSettings, service: Service) -> process.Started:
 
 
 def up(settings: StackSettings, names: Iterable[str] | None = None, report: Report = lambda n, s: None) -> None:
-    """Start what is not running of the named stack services (and what they need); wait until healthy."""
-    start_and_wait(settings, select(names), report)
+    """Start what is not running of the named stack services (and what they need); wait until healthy.
+    With a source of the user's own (TIDE_POSTGRES_URL) PostgreSQL is only probed: it must answer."""
+    ours = managed(settings)
+    if names and settings.source_external and postgres.SERVICE.name in names:
+        raise StackError("TIDE_POSTGRES_URL names your own PostgreSQL: the stack starts none; "
+                         "unset TIDE_POSTGRES_URL to run the local one")
+    if settings.source_external and not names:
+        report(postgres.SERVICE.name, f"yours, at {postgres.address(settings)}: healthy ({probe_source(settings)})")
+    start_and_wait(settings, [service for service in select(names) if service.name in ours], report)
+
+
+def probe_source(settings: StackSettings) -> str:
+    """An existing source either answers or is a one-line StackError: nothing here can start it."""
+    try:
+        return postgres.probe(settings)
+    except Unhealthy as exc:
+        raise StackError(f"cannot reach your PostgreSQL at {postgres.address(settings)}: {exc} "
+                         "(check TIDE_POSTGRES_URL)") from exc
 
 
 def start_and_wait(settings: StackSettings, services: list[Service], report: Report = lambda n, s: None) -> None:
@@ -200,6 +216,9 @@ def status(settings: StackSettings, services: Iterable[Service] | None = None) -
     for service in services or CATALOGUE.values():
         started = process.running(pid_file(settings, service))
         healthy, detail = _probe(settings, service) if started else (False, "not running")
+        if service.name == postgres.SERVICE.name and settings.source_external:
+            healthy, detail = _probe(settings, service)
+            detail = f"yours, {postgres.address(settings)}: {detail}"
         rows.append(
             ServiceStatus(
                 name=service.name,

@@ -60,7 +60,8 @@ def up_command(
 ) -> None:
     """Bring the whole pipeline up: stack, migrations, connector, Spark jobs, query API. Idempotent."""
     settings = load_settings()
-    plan = lifecycle.steps(demo)
+    with user_errors():
+        plan = lifecycle.steps(settings, demo)
     began = time.monotonic()
     columns = (
         SpinnerColumn(finished_text="[green]✓[/green]"),

@@ -24,7 +24,8 @@ from services.demo import workload
 from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
-from services.stack.catalogue import CATALOGUE
+from services.source import setup as source_setup
+from services.stack.catalogue import CATALOGUE, managed
 from services.stack.runner import Report
 from services.stack.service import Service, StackError
 
@@ -53,7 +54,14 @@ class Step:
 
 def start_stack(settings: StackSettings, report: Report) -> str:
     runner.up(settings, report=report)
-    return f"{', '.join(CATALOGUE)} healthy"
+    started = ", ".join(managed(settings))
+    return f"{started} healthy; your PostgreSQL answers" if settings.source_external else f"{started} healthy"
+
+
+def prepare_source(settings: StackSettings, report: Report) -> str:
+    """Your PostgreSQL: preflight, then the capture objects (never your tables), each step stated."""
+    lines = source_setup.run(settings, capture.load_pipeline(settings), lambda line: report("source", line))
+    return "; ".join(lines)
 
 
 def migrate(settings: StackSettings, report: Report) -> str:
@@ -97,11 +105,17 @@ def start_process(service: Service) -> Step:
     return Step(service.name, run)
 
 
-def steps(demo: bool) -> list[Step]:
+def steps(settings: StackSettings, demo: bool) -> list[Step]:
+    """The plan: Tideline's own PostgreSQL is migrated (and may get the demo data); yours gets only
+    what capture needs."""
+    if settings.source_external and demo:
+        raise StackError("--demo loads the demo tables into Tideline's own PostgreSQL, and TIDE_POSTGRES_URL "
+                         "names yours: drop --demo, or unset TIDE_POSTGRES_URL to try the demo")
+    database = [Step("source", prepare_source)] if settings.source_external else [
+        Step("migrations", migrate), *([Step("demo data", load_demo)] if demo else [])]
     return [
         Step("stack", start_stack),
-        Step("migrations", migrate),
-        *([Step("demo data", load_demo)] if demo else []),
+        *database,
         Step("connector", apply_connector),
         start_process(driver.SERVICE),
         start_process(server.SERVICE),

@@ -36,7 +36,23 @@ def _curl(url: str, comment: str) -> str:
     return f"curl -s {shlex.quote(url)}   # {comment}"
 
 
+def your_database(settings: StackSettings, pipeline: PipelineConfig, env_file: Path) -> list[Section]:
+    """With your own PostgreSQL (TIDE_POSTGRES_URL): psql to it, and the first table's search and
+    warehouse views (a cache read needs a key of yours: its form is shown as a comment)."""
+    password = [f"source {shlex.quote(str(env_file))}"] if env_file.exists() else []
+    write = Section("Write to your PostgreSQL as your application does, e.g. with psql:",
+                    [*password, 'psql "$TIDE_POSTGRES_URL"'])
+    table, views = next(iter(pipeline.tables.items()))
+    api = server.url(settings)
+    reads = [*([_curl(f"{api}/search/{views.search.index or table}?size=1", "search view")] if views.search else []),
+             *([_curl(f"{api}/warehouse/{table}?limit=5", "warehouse view (Delta Lake)")] if views.warehouse else []),
+             *([f"# cache view: curl -s {api}/cache/{table}/<primary key>"] if views.cache else [])]
+    return [write, Section(f"Query the views of {table} (query API {api}, its docs at {api}/docs):", reads)]
+
+
 def sections(settings: StackSettings, pipeline: PipelineConfig, env_file: Path) -> list[Section]:
+    if settings.source_external:
+        return your_database(settings, pipeline, env_file)
     host = shlex.quote(settings.host_of("postgres"))
     psql = (
         f'PGPASSWORD="$TIDE_POSTGRES_PASSWORD" psql -h {host} -p {settings.postgres_port} '

@@ -369,7 +369,7 @@ def _registered(settings: StackSettings, name: str) -> bool:
 def test_config_naming_a_missing_table_is_refused_and_registers_nothing(stack):
     base = unique_pipeline(load(stack.pipeline_file), "bad")
     pipeline = base.model_copy(update={"tables": {**base.tables, "no_such_table": base.tables["customers"]}})
-    with pytest.raises(StackError, match=r"public\.no_such_table, which does not exist: run `tide db migrate`"):
+    with pytest.raises(StackError, match=r"public\.no_such_table does not exist: run `tide db migrate`"):
         registration.apply(stack, pipeline)
     assert not _registered(stack, pipeline.source.connector)
 

@@ -52,3 +52,52 @@ def test_excluded_columns_become_debeziums_column_exclude_list():
     tables = {**pipeline.tables, "customers": pipeline.tables["customers"].model_copy(update={"exclude_columns": ["email"]})}
     config = render_config(StackSettings(), pipeline.model_copy(update={"tables": tables}))
     assert config["column.exclude.list"] == r"public\.customers\.email"
+
+
+def test_an_existing_postgresql_url_fills_the_postgres_settings_and_leaves_its_port_out_of_ours():
+    settings = StackSettings(postgres_url="postgresql://app:s3cret@db.internal:6543/shop", postgres_user="tideline",
+                             postgres_password="local", redis_port=6543)
+    assert settings.source_external
+    assert (settings.host_of("postgres"), settings.postgres_port, settings.postgres_db, settings.postgres_user) == \
+        ("db.internal", 6543, "shop", "app")
+    assert settings.require_postgres_password() == "s3cret"
+    assert "postgres_port" not in settings.ports()  # its port is not ours to keep distinct or free
+    assert "s3cret" not in repr(settings)
+
+
+def test_a_url_without_a_password_keeps_tide_postgres_password():
+    settings = StackSettings(postgres_url="host=10.1.2.3 port=5433 dbname=shop user=app", postgres_password="pw")
+    assert settings.require_postgres_password() == "pw" and settings.postgres_port == 5433
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("postgresql://app@/shop", "TIDE_POSTGRES_URL has no TCP host"),
+    ("postgresql://app@a,b/shop", "TIDE_POSTGRES_URL names several hosts"),
+    ("nonsense=", "TIDE_POSTGRES_URL is not a PostgreSQL connection URL"),
+])
+def test_an_unusable_url_is_refused_naming_the_fix(url, message):
+    with pytest.raises(ValidationError, match=message):
+        StackSettings(postgres_url=url)
+
+
+def test_the_local_stack_runs_postgres_only_without_a_url():
+    from services.stack.catalogue import managed
+
+    assert "postgres" in managed(StackSettings())
+    assert list(managed(StackSettings(postgres_url="postgresql://a@h/d"))) == ["redis", "kafka", "connect",
+                                                                               "elasticsearch"]
+
+
+def test_the_dba_script_makes_every_capture_object_and_never_holds_the_password():
+    from services.source import dba
+
+    pipeline = load().model_copy(update={"source": load().source.model_copy(update={"support_schema": "tideline"})})
+    settings = StackSettings(cdc_password="never-printed")
+    script = dba.script(settings, pipeline, "shop")
+    assert "never-printed" not in script
+    assert 'CREATE ROLE "tideline_cdc" WITH LOGIN REPLICATION' in script and "PASSWORD :'cdc_password';" in script
+    assert 'CREATE SCHEMA IF NOT EXISTS "tideline";' in script
+    assert 'GRANT SELECT ON "public"."customers", "public"."products", "public"."orders", "public"."order_items" TO' in script
+    assert ('CREATE PUBLICATION "tideline" FOR TABLE "public"."customers", "public"."products", "public"."orders", '
+            '"public"."order_items", "tideline"."debezium_signal", "tideline"."tideline_heartbeat" WITH '
+            "(publish = 'insert, update, delete, truncate');") in script

@@ -34,3 +34,18 @@ def test_without_an_env_file_the_password_is_expected_in_the_shell(tmp_path):
     assert not any(command.startswith("source ") for command in commands)
     assert commands[0].startswith('PGPASSWORD="$TIDE_POSTGRES_PASSWORD" psql ')
     assert any(command.startswith("redis-cli -h 127.0.0.1 -p 16379 HGETALL") for command in commands)
+
+
+def test_with_your_own_database_the_lines_use_its_url_and_your_first_table(tmp_path):
+    from spark_jobs.config import PipelineConfig
+
+    pipeline = PipelineConfig.model_validate({"tables": {"accounts": {"search": {}, "cache": {}, "warehouse": {}}}})
+    settings = StackSettings(host="127.0.0.1", api_port=18000, postgres_url="postgresql://app:pw@db:5432/shop")
+    commands = [c for section in sections(settings, pipeline, tmp_path / "absent.env") for c in section.commands]
+    assert [c.split("   #")[0] for c in commands] == [
+        'psql "$TIDE_POSTGRES_URL"',
+        "curl -s 'http://127.0.0.1:18000/search/accounts?size=1'",
+        "curl -s 'http://127.0.0.1:18000/warehouse/accounts?limit=5'",
+        "# cache view: curl -s http://127.0.0.1:18000/cache/accounts/<primary key>",
+    ]
+    assert not any("pw" in command.split("   #")[0].replace("psql", "") for command in commands)

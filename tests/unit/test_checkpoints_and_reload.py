@@ -1,0 +1,119 @@
+"""How a query continues without a removed table's topic (spark_jobs/checkpoints.py), and which queries a
+re-read pipeline.yaml restarts (spark_jobs/reload.py). Pure: folders written as Spark writes them."""
+
+import json
+
+from spark_jobs import checkpoints, reload
+from spark_jobs.config import load
+
+
+def write_batch(checkpoint, batch: int, offsets: dict, committed: bool = True) -> None:
+    for folder in ("offsets", "commits"):
+        (checkpoint / folder).mkdir(parents=True, exist_ok=True)
+    source = {topic: {str(p): o for p, o in parts.items()} for topic, parts in offsets.items()}
+    (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{json.dumps({'batchWatermarkMs': 0})}\n{json.dumps(source)}")
+    if committed:
+        (checkpoint / "commits" / str(batch)).write_text("v1\n{}")
+
+
+def test_a_query_without_a_retired_checkpoint_reads_from_the_earliest_offsets(tmp_path):
+    assert checkpoints.starting_offsets(tmp_path / "search", ["t.a"], 3) == "earliest"
+    write_batch(tmp_path / "search", 0, {"t.a": {0: 5}})
+    assert checkpoints.starting_offsets(tmp_path / "search", ["t.a"], 3) == "earliest"  # Spark resumes itself
+
+
+def test_retiring_continues_where_the_old_checkpoint_committed_less_the_removed_topic(tmp_path):
+    search = tmp_path / "search"
+    write_batch(search, 0, {"t.a": {0: 5, 1: 2}, "t.gone": {0: 9}})
+    write_batch(search, 1, {"t.a": {0: 7, 1: 3}, "t.gone": {0: 11}})
+    write_batch(search, 2, {"t.a": {0: 8, 1: 3}, "t.gone": {0: 12}}, committed=False)  # replayed: not committed
+    checkpoints.retire(search)
+    assert not search.exists() and checkpoints.retired(search).is_dir()
+    assert json.loads(checkpoints.starting_offsets(search, ["t.a", "t.new"], 2)) == {
+        "t.a": {"0": 7, "1": 3}, "t.new": {"0": checkpoints.EARLIEST, "1": checkpoints.EARLIEST}}
+    assert checkpoints.committed_offsets(search) == {"t.a": {0: 7, 1: 3}, "t.gone": {0: 11}}  # lag, meanwhile
+
+
+def test_a_second_removal_before_the_new_checkpoint_commits_keeps_the_first_retired_one(tmp_path):
+    search = tmp_path / "search"
+    write_batch(search, 4, {"t.a": {0: 7}, "t.b": {0: 1}, "t.c": {0: 2}})
+    checkpoints.retire(search)
+    write_batch(search, 0, {"t.a": {0: 7}}, committed=False)  # the new query planned a batch, then stopped
+    checkpoints.retire(search)
+    assert json.loads(checkpoints.starting_offsets(search, ["t.a"], 1)) == {"t.a": {"0": 7}}
+
+
+def test_the_retired_checkpoint_is_dropped_once_the_new_one_has_committed(tmp_path):
+    search = tmp_path / "search"
+    write_batch(search, 3, {"t.a": {0: 7}, "t.b": {0: 1}})
+    checkpoints.retire(search)
+    checkpoints.drop_retired(search)
+    assert checkpoints.retired(search).is_dir()  # nothing committed yet: still where to start from
+    write_batch(search, 0, {"t.a": {0: 9}})
+    checkpoints.drop_retired(search)
+    assert not checkpoints.retired(search).exists()
+    assert checkpoints.committed_offsets(search) == {"t.a": {0: 9}}
+
+
+DEMO = load()
+
+
+def test_adding_a_table_restarts_only_the_queries_that_read_it():
+    added = DEMO.model_copy(update={"tables": {**DEMO.tables, "notes": DEMO.tables["order_items"]}})
+    assert reload.refusal(DEMO, added) is None
+    changed = reload.changes(DEMO, added, ["search", "cache", "warehouse", "analytics"])
+    assert sorted(changed) == ["cache", "search", "warehouse"]  # notes has no history: analytics runs on
+    assert changed["search"].after - changed["search"].before == {"notes"} and not changed["search"].removed
+
+
+def test_removing_a_table_marks_it_removed_from_each_query_that_read_it():
+    without = DEMO.model_copy(update={"tables": {t: v for t, v in DEMO.tables.items() if t != "customers"},
+                                      "nested": {}, "cache_aggregates": {}})
+    assert reload.refusal(DEMO, without) is not None  # nested views and aggregates changed too
+    base = DEMO.model_copy(update={"nested": {}, "cache_aggregates": {}})
+    changed = reload.changes(base, without, ["search", "cache", "warehouse", "analytics"])
+    assert {sink: set(change.removed) for sink, change in changed.items()} == \
+        {sink: {"customers"} for sink in ("search", "cache", "warehouse", "analytics")}
+
+
+def test_any_other_change_is_refused_with_the_restart_to_run():
+    edited = DEMO.model_copy(update={"tables": {**DEMO.tables, "orders": DEMO.tables["order_items"]}})
+    assert reload.refusal(DEMO, edited) == ("pipeline.yaml changed the views of orders: restart the jobs to apply "
+                                            "it (`tide jobs stop`, `tide jobs start`)")
+    source = DEMO.model_copy(update={"source": DEMO.source.model_copy(update={"partitions": 6})})
+    assert reload.refusal(DEMO, source).startswith("pipeline.yaml changed more than its tables")
+
+
+def test_tables_waits_until_every_query_reads_its_tables_and_has_made_progress_and_fails_on_a_stopped_one(tmp_path):
+    import pytest
+
+    from services.jobs import driver
+    from services.settings import StackSettings
+    from services.stack.service import StackError
+    from services.tables.jobs import _applied
+
+    settings = StackSettings(state_dir=tmp_path)
+    pipeline = DEMO
+
+    def status(request="r1", error=None, **search) -> None:
+        queries = {sink: {"active": True, "paused": False, "last_error": None, "batch_id": 3,
+                          "tables": pipeline.sink_tables(sink)} for sink in ("search", "cache", "warehouse", "analytics")}
+        queries["search"].update(search)
+        driver.status_file(settings).parent.mkdir(parents=True, exist_ok=True)
+        driver.status_file(settings).write_text(json.dumps({"queries": queries,
+                                                            "reload": {"request": request, "error": error}}))
+
+    status(request="r0")
+    assert not _applied(settings, pipeline, "r1")  # the driver has not seen the request yet
+    status(tables=["customers"])
+    assert not _applied(settings, pipeline, "r1")  # still on its old tables
+    status(batch_id=None)
+    assert not _applied(settings, pipeline, "r1")  # restarted, no progress yet
+    status()
+    assert _applied(settings, pipeline, "r1")
+    status(active=False, last_error="Partitions Set(t-0) have been deleted")
+    with pytest.raises(StackError, match="the search query stopped on its new tables: Partitions Set"):
+        _applied(settings, pipeline, "r1")
+    status(error="pipeline.yaml changed the views of orders")
+    with pytest.raises(StackError, match="the apply jobs kept their tables: pipeline.yaml changed the views"):
+        _applied(settings, pipeline, "r1")
