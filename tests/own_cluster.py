@@ -10,7 +10,6 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import make_conninfo
