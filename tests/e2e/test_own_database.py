@@ -10,7 +10,6 @@ import json
 import random
 import subprocess
 import threading
-import time
 from dataclasses import dataclass
 
 import psycopg
@@ -120,6 +119,11 @@ class Writer(threading.Thread):
         else:
             conn.execute("DELETE FROM notes WHERE account_id = %s AND seq = %s", (account, seq))
 
+    def wait_for(self, operations: int, timeout_s: float = 120) -> None:
+        """Until the writer has done `operations` in all (or failed: `finish` reports why)."""
+        wait_until(lambda: self.done >= operations or self.error is not None, timeout_s,
+                   f"the workload to reach {operations} operations")
+
     def finish(self) -> int:
         self.stop_event.set()
         self.join(timeout=60)
@@ -150,11 +154,15 @@ class Own:
         assert result.returncode == 0, result.stdout + result.stderr
         return " ".join(result.stdout.split())
 
-    def write_for(self, seconds: float, seed: int, tables: tuple[str, ...]) -> int:
+    def write(self, operations: int, seed: int, tables: tuple[str, ...]) -> int:
+        """Run the workload until it has done `operations` (about 20 a second on an idle machine)."""
         writer = Writer(self.made, seed, tables)
         writer.start()
-        time.sleep(seconds)  # pacing: how long the workload runs, not synchronisation
-        return writer.finish()
+        try:
+            writer.wait_for(operations)
+        finally:
+            done = writer.finish()
+        return done
 
     def verified(self) -> str:
         """`tide verify` until it exits 0 (every view equals PostgreSQL); its output."""
@@ -207,7 +215,7 @@ def test_init_and_up_capture_your_database_and_a_workload_verifies_clean(own, re
                                                  "WHERE schemaname NOT IN ('pg_catalog', 'information_schema')")}
         assert tables == {"public.accounts", "public.memberships", "public.audit_log", "tideline.debezium_signal",
                           "tideline.tideline_heartbeat"}
-    assert own.write_for(20, seed=2, tables=("accounts", "memberships")) > 50
+    assert own.write(300, seed=2, tables=("accounts", "memberships")) > 50
     output = own.verified()
     assert "accounts → warehouse" in output and "memberships → cache" in output
 
@@ -236,7 +244,7 @@ def test_tables_remove_stops_capturing_a_table_while_the_workload_writes_and_the
     writer.start()
     try:
         removed = own.run_tide("tables", "remove", "memberships")
-        time.sleep(10)  # pacing: writes after the removal, which the other tables' views must get
+        writer.wait_for(writer.done + 150)  # writes after the removal, which the other tables' views must get
     finally:
         wrote = writer.finish()
     record_property("tables_remove_output", removed)

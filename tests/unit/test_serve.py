@@ -26,6 +26,7 @@ def _service(probe, on_ready=lambda settings: None, seconds: float = 60) -> Serv
     return Service(
         name="sleeper",
         port_fields=(),
+        # The stand-in service itself: a process that lives `seconds` and exits 0 (not synchronisation).
         command=lambda settings: [sys.executable, "-c", f"import time; time.sleep({seconds})"],
         probe=probe,
         on_ready=on_ready,
@@ -72,7 +73,7 @@ def test_a_stop_signal_ends_a_probe_under_way(settings, monkeypatch):
     def probe(s: StackSettings) -> str:
         calls.append(time.monotonic())
         if len(calls) > 1:
-            time.sleep(60)
+            time.sleep(60)  # the probe under test hangs (a client bootstrapping against a dying service)
         return "fine"
 
     def container_stops() -> None:
