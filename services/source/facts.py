@@ -41,6 +41,10 @@ class Table:
         return f"{self.schema}.{self.name}"
 
 
+# server_version_num from which a CREATEROLE role that has REPLICATION may give it to another role.
+CREATEROLE_GRANTS_REPLICATION_FROM = 160000
+
+
 @dataclass(frozen=True)
 class SourceFacts:
     database: str
@@ -67,7 +71,11 @@ class SourceFacts:
         also a CREATEROLE role that has REPLICATION itself (before 16, "must be superuser to create
         replication users")."""
         me = self.me
-        return me.superuser or (self.server_version >= 160000 and me.create_role and me.replication)
+        return me.superuser or (self.createrole_grants_replication and me.create_role and me.replication)
+
+    @property
+    def createrole_grants_replication(self) -> bool:
+        return self.server_version >= CREATEROLE_GRANTS_REPLICATION_FROM
 
 
 _ROLE = "SELECT rolname, rolsuper, rolcreaterole, rolreplication, rolcanlogin FROM pg_roles WHERE rolname = %s"

@@ -61,7 +61,7 @@ def role_problems(found: SourceFacts, cdc_user: str) -> list[str]:
     missing = "does not exist" if cdc is None else "lacks " + " and ".join(
         attribute for attribute, held in (("REPLICATION", cdc.replication), ("LOGIN", cdc.login)) if not held)
     return [f"role {cdc_user} {missing}, and {me.name} may not grant the replication privilege (it is not a "
-            f"superuser{'' if found.server_version < 160000 else ', nor CREATEROLE with REPLICATION'}): connect as "
+            f"superuser{', nor CREATEROLE with REPLICATION' if found.createrole_grants_replication else ''}): connect as "
             f"a role that is, or have a DBA run "
             f"CREATE ROLE {cdc_user} WITH LOGIN REPLICATION ... ({DBA_SQL})"]
 
