@@ -18,8 +18,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from spark_jobs.expressions import reused
+
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 # A dead letter must fit Kafka's default 1 MB request; a larger record's value stays out of it
 # (its origin topic, partition and offset still find it in the change topic).
@@ -64,6 +66,11 @@ def _text(data: bytes | None) -> str | None:
 
 def letters(rejected: DataFrame, stage: str) -> DataFrame:
     """`CHANGE` rows with `error` set → (key, value) rows of the dead-letter topic, as `DeadLetter.encode`."""
+    return rejected.select(*_letter(stage))
+
+
+@reused
+def _letter(stage: str) -> tuple[Column, Column]:
     from pyspark.sql import functions as F
 
     raw = F.col("letter_value")
@@ -75,9 +82,11 @@ def letters(rejected: DataFrame, stage: str) -> DataFrame:
         origin["partition"].alias("partition"), origin["offset"].alias("offset"),
         F.when(fits, text).alias("value"),
         F.when(~fits, F.octet_length(raw)).alias("value_bytes"), F.when(~fits, F.lit(_OMITTED)).alias("value_omitted"),
-        F.unix_millis(F.current_timestamp()).alias("dead_at_ms"),
+        # Read per letter on the executor: current_timestamp() would become a literal in the generated
+        # code, whose text then changes every batch and is compiled again.
+        F.expr("java_method('java.lang.System', 'currentTimeMillis')").cast("bigint").alias("dead_at_ms"),
     )
-    return rejected.select(F.lit(None).cast("binary").alias("key"), F.to_json(letter).cast("binary").alias("value"))
+    return F.lit(None).cast("binary").alias("key"), F.to_json(letter).cast("binary").alias("value")
 
 
 def write(frame: DataFrame, bootstrap: str, topic: str) -> None:

@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.changes.schema import CHANGE, FIELDS
+from spark_jobs.expressions import reused
 
 
 def group_column() -> Column:
@@ -59,13 +60,19 @@ def newer(older: Column, change: Column) -> Column:
 def newest_per_row(changes: DataFrame) -> DataFrame:
     """One `CHANGE` row per (table, row), per table's truncates and per dead letter: the newest, with
     unchanged-TOAST columns filled as the module says. One shuffle (Spark's default parallelism)."""
+    group, gathered, folded = _folding()
+    return changes.groupBy(group).agg(gathered).select(folded).select("_c.*")
+
+
+@reused
+def _folding() -> tuple[Column, Column, Column]:
+    """The grouping, the gathering of a group's changes and their fold (built once: spark_jobs/expressions.py)."""
     row = F.struct(*(F.col(name) for name in FIELDS))
-    grouped = changes.groupBy(group_column().alias("_group")).agg(F.collect_list(row).alias("_changes"))
     ordered = F.array_sort(F.col("_changes"), _compare)
     folded = F.when(F.size(ordered) == 1, ordered[0]).otherwise(
         F.aggregate(F.slice(ordered, 2, F.size(ordered)), ordered[0], newer)
     )
-    return grouped.select(folded.alias("_c")).select("_c.*")
+    return group_column().alias("_group"), F.collect_list(row).alias("_changes"), folded.alias("_c")
 
 
 __all__ = ["CHANGE", "group_column", "newer", "newest_per_row"]

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from spark_jobs.catalogue import TableSchema
 from spark_jobs.changes import envelope
 from spark_jobs.changes.schema import CHANGE, FIELDS
+from spark_jobs.expressions import reused
 
 _SOURCE = "struct<table: string, lsn: bigint, sequence: string, snapshot: string, ts_ms: bigint>"
 _ENVELOPE = f"after: map<string, string>, source: {_SOURCE}, op: string"
@@ -121,21 +122,30 @@ def decode_stream(records: DataFrame, tables: Iterable[str],
     includes them) as `CHANGE` rows. A change to a table not in `tables` is a dead letter too: the
     sink's query subscribes only to its own tables' topics, so such a record is misrouted. With
     `catalogue`, dates, timestamps and times without a zone lose the UTC mark Debezium gives them."""
-    wanted = sorted(set(tables))
-    local_times = local_time_columns(catalogue or {}, wanted)
-    parsed = F.from_json(F.col("value").cast("string"), _VALUE)
-    headers = "headers" in records.columns
-    step = records.where(F.col("value").isNotNull()).select(
-        "topic", "partition", "offset", "key", "value",
-        F.coalesce(parsed["payload"], F.struct(parsed["after"], parsed["source"], parsed["op"])).alias("_e"),
+    wanted = tuple(sorted(set(tables)))
+    local_times = tuple(sorted(local_time_columns(catalogue or {}, wanted).items()))
+    parsed, keyed, changes = _decoding(wanted, local_times, "headers" in records.columns)
+    return records.where(F.col("value").isNotNull()).select(*parsed).select(*keyed).select(*changes)
+
+
+@reused
+def _decoding(wanted: tuple[str, ...], local_times: tuple[tuple[str, str], ...],
+              headers: bool) -> tuple[list[Column], list[Column], list[Column]]:
+    """The decoder's three projections: the record parsed, its key and version read once (each is
+    used several times below, and a projection keeps them from being parsed again per use), the change."""
+    value = F.from_json(F.col("value").cast("string"), _VALUE)
+    parsed = [
+        "topic", "partition", "offset", "value",
+        F.coalesce(value["payload"], F.struct(value["after"], value["source"], value["op"])).alias("_e"),
+        _key_map(F.col("key")).alias("_key"),
         *(_header(name).alias(alias) if headers else F.lit(None).cast("string").alias(alias)
           for name, alias in ((envelope.OLD_KEY_HEADER, "_old_key"), (envelope.NEW_KEY_HEADER, "_new_key"))),
-    )
-    e = F.col("_e")
+    ]
+    keyed = ["topic", "partition", "offset", "value", "_e", "_key", "_old_key", "_new_key",
+             version_column(F.col("_e")["source"]).alias("_version")]
+    e, key, version = F.col("_e"), F.col("_key"), F.col("_version")
     op, source = e["op"], e["source"]
-    key = _key_map(F.col("key"))
     truncate = op == envelope.TRUNCATE
-    version = version_column(source)
     error = (
         F.when(op.isNull(), F.when(F.get_json_object(F.col("value").cast("string"), "$").isNull(),
                                    F.lit("value is not JSON")).otherwise(F.lit("value has no Debezium op")))
@@ -148,12 +158,12 @@ def decode_stream(records: DataFrame, tables: Iterable[str],
         .when(~truncate & key.isNull(), F.lit("key is not a JSON object"))
     )
     after = e["after"]
-    return step.select(
+    changes = [
         source["table"].alias("table"),
         op.alias("op"),
         F.when(~truncate, row_id_column(key)).alias("row_id"),
         F.when(~truncate, F.transform_values(key, lambda _, v: v.cast("string"))).alias("key"),
-        _local_times(F.map_filter(after, lambda _, v: v.isNull() | ~_placeholder(v)), source["table"], local_times)
+        _local_times(F.map_filter(after, lambda _, v: v.isNull() | ~_placeholder(v)), source["table"], dict(local_times))
         .alias("after"),
         F.coalesce(F.map_keys(F.map_filter(after, lambda _, v: _placeholder(v))), F.array().cast("array<string>"))
         .alias("unavailable"),
@@ -166,7 +176,8 @@ def decode_stream(records: DataFrame, tables: Iterable[str],
         F.struct("topic", "partition", "offset").alias("origin"),
         error.alias("error"),
         F.when(error.isNotNull(), F.col("value")).alias("letter_value"),
-    )
+    ]
+    return parsed, keyed, changes
 
 
 __all__ = ["FIELDS", "LOCAL_TIME_TYPES", "decode_stream", "local_time_columns", "row_id_column", "version_column"]

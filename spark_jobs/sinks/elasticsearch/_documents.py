@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.changes.envelope import MAX_ID_BYTES
+from spark_jobs.expressions import reused
 from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
 
 TOMBSTONES = "tideline-tombstones"
@@ -92,6 +93,12 @@ def documents(newest: DataFrame, catalogue: Catalogue, tables: list[str], aliase
     """`newest` (CHANGE rows of the search tables) → the SHIPPED columns. `aliases`: table → alias;
     `targets`: table → physical index written (the alias, or a rebuild's new index); `refused`:
     table → column → why Elasticsearch refused to map it (rows carrying a value there are rejected)."""
+    return newest.select(*_document_columns(catalogue, tables, aliases, targets, refused))
+
+
+@reused
+def _document_columns(catalogue: Catalogue, tables: list[str], aliases: Mapping[str, str],
+                      targets: Mapping[str, str], refused: Mapping[str, Mapping[str, str]]) -> list[Column | str]:
     table = F.col("table")
     alias = _lookup(aliases, table)
     target = _lookup(targets, table)
@@ -103,7 +110,7 @@ def documents(newest: DataFrame, catalogue: Catalogue, tables: list[str], aliase
     objects = _object_columns(catalogue, tables)
     version_json = F.concat(F.lit(f'"{VERSION_MAJOR}":'), F.col("version.major").cast("string"),
                             F.lit(f',"{VERSION_MINOR}":'), F.col("version.minor").cast("string"))
-    return newest.select(
+    return [
         "op", "moved", "table", alias.alias("alias"), target.alias("target"), "version", "origin",
         _error(after, refused).alias("error"), "row_id", "old_row_id", "unavailable", "filled",
         (F.size(keep) > 0).alias("has_keep"), _fill_bound("min").alias("fill_low"), _fill_bound("max").alias("fill_high"),
@@ -118,7 +125,7 @@ def documents(newest: DataFrame, catalogue: Catalogue, tables: list[str], aliase
                  _head(F.lit(TOMBSTONES), tomb_id), F.lit(f",{_VERSION_SOURCE}}},")).alias("mget_pair"),
         _head(target, F.col("row_id")).alias("head"),
         _head(F.lit(TOMBSTONES), tomb_id).alias("tomb_head"),
-    )
+    ]
 
 
 def _lookup(mapping: Mapping[str, str], key: Column) -> Column:

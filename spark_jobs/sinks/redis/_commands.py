@@ -11,6 +11,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.expressions import reused
 from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.redis._scripts import MAX_EXACT_VERSION, ROW_FIXED_ARGS
 
@@ -72,6 +73,11 @@ def _error() -> Column:
 def commands(newest: DataFrame, prefix: str) -> DataFrame:
     """`newest` (CHANGE rows) → the SHIPPED columns: truncates pass as they are; every other change
     gets `args` (its APPLY_BATCH arguments, count first) and `arg_count` (bulk strings in `args`)."""
+    return newest.select(*_command_columns(prefix))
+
+
+@reused
+def _command_columns(prefix: str) -> list[Column | str]:
     table, row_id, version = F.col("table"), F.col("row_id"), F.col("version")
     upsert = F.col("after").isNotNull()
     keep = F.when(upsert, _keep()).otherwise(F.create_map().cast("map<string, struct<major: bigint, minor: bigint>>"))
@@ -91,9 +97,9 @@ def commands(newest: DataFrame, prefix: str) -> DataFrame:
         F.array_join(F.transform(F.map_entries(fields), lambda e: F.concat(resp(e["key"]), resp(e["value"]))), ""),
     )
     truncate = F.col("op") == "t"
-    return newest.select(
+    return [
         "op", "table", "version", "origin",
         F.when(~truncate, args.cast("binary")).alias("args"),
         F.when(~truncate, count + 1).cast("int").alias("arg_count"),
         F.when(~truncate, _error()).alias("error"),
-    )
+    ]
