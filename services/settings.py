@@ -83,7 +83,7 @@ class StackSettings(BaseSettings):
     # Apply jobs (passed to the Spark driver as TIDE_JOB_*): back-pressure and memory.
     job_trigger_interval: str = "2 seconds"
     job_max_offsets_per_trigger: int = Field(default=20_000, ge=1)
-    job_driver_memory: JvmSize = "1g"
+    job_driver_memory: JvmSize = "2g"  # spark_jobs/settings.py says why
     # The cache sink's Redis database (a truncate scans it, so it is best not shared).
     job_redis_db: int = Field(default=0, ge=0, le=15)
 

@@ -1,10 +1,13 @@
-"""Entry point: `python -m spark_jobs` locally (via `tide jobs start`) or
-`spark-submit --master <url> ... spark_jobs/__main__.py` on a cluster. Settings come from TIDE_JOB_*."""
+"""Entry point: `python -m spark_jobs --keep-alive` locally (via `tide jobs start`: the driver in a child
+process, started again if it dies; spark_jobs/keep_alive.py) or `spark-submit --master <url> ...
+spark_jobs/__main__.py` on a cluster. Settings come from TIDE_JOB_*."""
 
 from __future__ import annotations
 
 import logging
+import sys
 
+from spark_jobs import keep_alive
 from spark_jobs.catalogue import CatalogueError
 from spark_jobs.config import PipelineConfigError, check_schema, load
 from spark_jobs.pipeline import live_catalogue, supervise
@@ -21,10 +24,14 @@ def main() -> None:
         # The views' columns against the source's catalogue, before any query starts.
         check_schema(pipeline, live_catalogue(settings, pipeline).current(), settings.pipeline_file)
     except (PipelineConfigError, CatalogueError, ValueError) as exc:
-        raise SystemExit(str(exc)) from None  # one line, the last of the log `tide jobs start` quotes
+        print(exc, file=sys.stderr)  # one line, the last of the log `tide jobs start` quotes
+        sys.exit(keep_alive.CONFIG_REFUSED)
     spark = build_session("tideline-apply", settings.jars_dir, master=settings.master, driver_memory=settings.driver_memory)
     supervise(spark, settings, pipeline)
 
 
 if __name__ == "__main__":
-    main()
+    if "--keep-alive" in sys.argv[1:]:
+        keep_alive.main()
+    else:
+        main()

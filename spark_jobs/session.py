@@ -60,6 +60,9 @@ def build_session(
             # Driver and executors share this process: its RPC and block-manager ports need not leave
             # loopback (Spark binds every interface by default). A cluster run sets these itself.
             builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+            # A JVM out of heap ends at once (the keep-alive starts it again: spark_jobs/keep_alive.py)
+            # rather than limping on with threads that died of the error.
+            builder = builder.config("spark.driver.extraJavaOptions", "-XX:+ExitOnOutOfMemoryError")
         # Local Python workers run this interpreter (the project's environment), not whatever
         # `python3` is first on PATH. On a cluster, PYSPARK_PYTHON names the workers' interpreter.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

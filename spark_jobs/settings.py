@@ -60,7 +60,9 @@ class JobSettings(BaseSettings):
     # (measured: a 224-record warehouse batch took 10.7 minutes). A stage still has at most 2 tasks
     # (spark.default.parallelism), so the extra slots serve the other queries.
     master: str | None = "local[4]"
-    driver_memory: str = "1g"
+    # The whole local[4] job runs in this heap: four queries, two of them holding 20,000-record batches
+    # (persisted) while Delta reads history tables. 1g died of OutOfMemoryError in the drain benchmark.
+    driver_memory: str = "2g"
     es_bulk_size: int = Field(default=1000, ge=1)
 
     def require_postgres_conninfo(self) -> str:

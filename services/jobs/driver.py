@@ -117,7 +117,7 @@ def prepare(settings: StackSettings) -> None:
 SERVICE = Service(
     name="jobs",
     port_fields=(),
-    command=lambda settings: [sys.executable, "-m", "spark_jobs"],
+    command=lambda settings: [sys.executable, "-m", "spark_jobs", "--keep-alive"],
     probe=probe,
     prepare=prepare,
     env=job_env,

@@ -66,9 +66,10 @@ class Workload(threading.Thread):
 
 
 def kill_9_driver(jobs: StackSettings) -> None:
-    """SIGKILL the apply driver (no shutdown of any kind) and wait until it is gone."""
+    """SIGKILL the apply driver's whole process group (keep-alive, driver, JVM: no shutdown of any kind)
+    and wait until it is gone."""
     started = process.read_pid_file(runner.pid_file(jobs, driver.SERVICE))
-    os.kill(started.pid, signal.SIGKILL)
+    os.killpg(started.pid, signal.SIGKILL)
     wait_until(lambda: not process.is_running(started), 30, "the driver to die")
 
 

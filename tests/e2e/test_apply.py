@@ -9,9 +9,12 @@ writes to every demo table. `tide verify` (PostgreSQL as the oracle) decides.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import time
 import uuid
+from pathlib import Path
 
 import httpx
 import psycopg
@@ -20,6 +23,7 @@ import redis
 from deltalake import DeltaTable, QueryBuilder
 from kafka import KafkaProducer
 
+from services.bench import measure
 from services.connector import snapshot
 from services.jobs import driver, lag
 from services.settings import StackSettings
@@ -73,6 +77,29 @@ def test_kill_9_of_the_driver_loses_nothing_and_never_goes_back_a_version(run, s
     after = _redis_versions(jobs, "orders", count=10_000)
     regressed = {key: (old, after[key]) for key, old in before.items() if key in after and after[key] < old}
     assert regressed == {}
+
+
+def test_a_driver_whose_jvm_dies_is_started_again_by_itself_and_catches_up(run, stack):
+    """An OutOfMemoryError or a crash ends the driver's JVM: the keep-alive starts the driver again with
+    no `tide jobs start`, and every sink resumes from its checkpoint."""
+    jobs, pipeline, _ = run
+    keeper = process.read_pid_file(runner.pid_file(jobs, driver.SERVICE))
+    jvm = _driver_jvm(keeper.pid)
+    os.kill(jvm, signal.SIGKILL)
+    writer = Workload(stack, seed=17)
+    writer.start()
+    wait_until(lambda: writer.done >= 200, 60, "writes while the driver is down")
+    writer.finish()
+    wait_until(lambda: _driver_jvm(keeper.pid) not in (None, jvm), 120, "a new driver JVM")
+    converged(jobs, pipeline)
+    assert process.is_running(keeper)  # the same keep-alive process: nobody ran `tide jobs start`
+
+
+def _driver_jvm(keeper_pid: int) -> int | None:
+    """The Spark JVM under the keep-alive (its grandchild, launched by the Python driver)."""
+    tree = measure.children_by_parent()
+    return next((pid for pid in measure.process_tree(keeper_pid, tree)
+                 if Path(f"/proc/{pid}/exe").exists() and Path(f"/proc/{pid}/exe").resolve().name == "java"), None)
 
 
 def test_replaying_the_whole_topic_into_a_synced_sink_changes_nothing(run):

@@ -1,0 +1,77 @@
+"""The local driver's keep-alive: which exits start it again, the back-off, and a real child restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from spark_jobs.keep_alive import CONFIG_REFUSED, HEALTHY_AFTER_S, Backoff, restarts_after, run
+from tests.waiting import wait_until
+
+
+def test_a_crash_or_a_kill_restarts_and_a_clean_exit_a_refused_config_or_a_stop_do_not():
+    assert restarts_after(1, stopping=False)
+    assert restarts_after(-signal.SIGKILL, stopping=False)
+    assert not restarts_after(0, stopping=False)
+    assert not restarts_after(CONFIG_REFUSED, stopping=False)
+    assert not restarts_after(1, stopping=True)
+
+
+def test_back_off_doubles_to_its_bound_and_starts_over_after_a_healthy_run():
+    backoff = Backoff(first_s=1.0, max_s=4.0, current_s=1.0)
+    assert [backoff.after(0.5) for _ in range(4)] == [1.0, 2.0, 4.0, 4.0]
+    assert backoff.after(HEALTHY_AFTER_S) == 1.0
+
+
+def test_a_child_that_dies_twice_is_started_again_until_it_exits_cleanly(tmp_path):
+    starts = tmp_path / "starts"
+    # Dies by SIGKILL on its first start, exits 1 on its second, exits 0 on its third.
+    script = (
+        "import os, signal, sys; from pathlib import Path\n"
+        f"p = Path({str(starts)!r}); n = int(p.read_text()) + 1 if p.exists() else 1; p.write_text(str(n))\n"
+        "if n == 1: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "sys.exit(1 if n == 2 else 0)\n"
+    )
+    assert run([sys.executable, "-c", script], Backoff(first_s=0.01, max_s=0.01, current_s=0.01)) == 0
+    assert starts.read_text() == "3"
+
+
+def test_a_refused_configuration_ends_the_loop_with_its_status(tmp_path):
+    assert run([sys.executable, "-c", f"import sys; sys.exit({CONFIG_REFUSED})"], Backoff(first_s=0.01)) == CONFIG_REFUSED
+
+
+def _keep_alive(driver: str) -> subprocess.Popen:
+    """A keep-alive process of its own running `driver` (Python source) as its driver."""
+    parent = (f"import sys; sys.path.insert(0, {os.getcwd()!r}); from spark_jobs.keep_alive import run; "
+              f"sys.exit(run([sys.executable, '-c', {driver!r}]))")
+    return subprocess.Popen([sys.executable, "-c", parent])
+
+
+def test_the_driver_dies_with_a_killed_keep_alive(tmp_path):
+    child_pid = tmp_path / "child.pid"
+    keeper = _keep_alive(f"import os, time; open({str(child_pid)!r}, 'w').write(str(os.getpid())); time.sleep(300)")
+    try:
+        pid = int(wait_until(lambda: child_pid.exists() and child_pid.read_text(), 30, "the driver to start"))
+        keeper.kill()
+        keeper.wait()
+        wait_until(lambda: not _alive(pid), 10, "the orphaned driver to die")
+    finally:
+        keeper.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_stop_is_passed_to_the_driver_and_ends_the_loop(tmp_path):
+    ready = tmp_path / "ready"
+    keeper = _keep_alive(f"import time; open({str(ready)!r}, 'w').write('1'); time.sleep(300)")
+    wait_until(ready.exists, 30, "the driver to start")
+    keeper.send_signal(signal.SIGTERM)
+    assert keeper.wait(timeout=30) == 0
