@@ -13,6 +13,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+# The scheduler pools' weights and minimum shares, one pool per sink's query.
+POOLS = Path(__file__).with_name("pools.xml")
+
 
 def jar_files(jar_dir: Path) -> list[str]:
     jars = sorted(str(path) for path in jar_dir.glob("*.jar"))
@@ -52,6 +55,7 @@ def build_session(
         # Each sink's query runs in its own scheduler pool: a heavy Delta MERGE must not queue
         # the cache's tasks behind it (FIFO would), so a slow sink never holds back the others.
         .config("spark.scheduler.mode", "FAIR")
+        .config("spark.scheduler.allocation.file", str(POOLS))
         .config("spark.sql.session.timeZone", "UTC")
     )
     if master:
