@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 log = logging.getLogger("tideline.keep_alive")
 
@@ -33,7 +33,10 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 class Backoff:
     first_s: float = 1.0
     max_s: float = 30.0
-    current_s: float = 1.0
+    current_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.current_s = self.first_s
 
     def after(self, ran_s: float) -> float:
         """Seconds to wait before the next start, given how long the last one ran."""

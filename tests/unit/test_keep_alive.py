@@ -20,7 +20,7 @@ def test_a_crash_or_a_kill_restarts_and_a_clean_exit_a_refused_config_or_a_stop_
 
 
 def test_back_off_doubles_to_its_bound_and_starts_over_after_a_healthy_run():
-    backoff = Backoff(first_s=1.0, max_s=4.0, current_s=1.0)
+    backoff = Backoff(first_s=1.0, max_s=4.0)
     assert [backoff.after(0.5) for _ in range(4)] == [1.0, 2.0, 4.0, 4.0]
     assert backoff.after(HEALTHY_AFTER_S) == 1.0
 
@@ -34,7 +34,7 @@ def test_a_child_that_dies_twice_is_started_again_until_it_exits_cleanly(tmp_pat
         "if n == 1: os.kill(os.getpid(), signal.SIGKILL)\n"
         "sys.exit(1 if n == 2 else 0)\n"
     )
-    assert run([sys.executable, "-c", script], Backoff(first_s=0.01, max_s=0.01, current_s=0.01)) == 0
+    assert run([sys.executable, "-c", script], Backoff(first_s=0.01, max_s=0.01)) == 0
     assert starts.read_text() == "3"
 
 
@@ -51,7 +51,7 @@ def _keep_alive(driver: str) -> subprocess.Popen:
 
 def test_the_driver_dies_with_a_killed_keep_alive(tmp_path):
     child_pid = tmp_path / "child.pid"
-    keeper = _keep_alive(f"import os, time; open({str(child_pid)!r}, 'w').write(str(os.getpid())); time.sleep(300)")
+    keeper = _keep_alive(f"import os, signal; open({str(child_pid)!r}, 'w').write(str(os.getpid())); signal.pause()")
     try:
         pid = int(wait_until(lambda: child_pid.exists() and child_pid.read_text(), 30, "the driver to start"))
         keeper.kill()
@@ -71,7 +71,7 @@ def _alive(pid: int) -> bool:
 
 def test_a_stop_is_passed_to_the_driver_and_ends_the_loop(tmp_path):
     ready = tmp_path / "ready"
-    keeper = _keep_alive(f"import time; open({str(ready)!r}, 'w').write('1'); time.sleep(300)")
+    keeper = _keep_alive(f"import signal; open({str(ready)!r}, 'w').write('1'); signal.pause()")
     wait_until(ready.exists, 30, "the driver to start")
     keeper.send_signal(signal.SIGTERM)
     assert keeper.wait(timeout=30) == 0
