@@ -27,6 +27,7 @@ def main() -> None:
         print(exc, file=sys.stderr)  # one line, the last of the log `tide jobs start` quotes
         sys.exit(keep_alive.CONFIG_REFUSED)
     spark = build_session("tideline-apply", settings.jars_dir, master=settings.master, driver_memory=settings.driver_memory)
+    keep_alive.exit_with_the_jvm(spark)
     supervise(spark, settings, pipeline)
 
 

@@ -15,35 +15,25 @@ from __future__ import annotations
 
 import logging
 import signal
+import os
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from spark_jobs.backoff import Backoff
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("tideline.keep_alive")
 
 # The driver's exit status when its configuration is refused (sysexits' EX_CONFIG): not retried.
 CONFIG_REFUSED = 78
-# A driver that ran this long was healthy: its next failure restarts quickly again.
-HEALTHY_AFTER_S = 60.0
+# The driver's exit status when its JVM died under it (sysexits' EX_SOFTWARE): restarted.
+JVM_DIED = 70
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-@dataclass
-class Backoff:
-    first_s: float = 1.0
-    max_s: float = 30.0
-    current_s: float = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.current_s = self.first_s
-
-    def after(self, ran_s: float) -> float:
-        """Seconds to wait before the next start, given how long the last one ran."""
-        if ran_s >= HEALTHY_AFTER_S:
-            self.current_s = self.first_s
-        wait, self.current_s = self.current_s, min(self.current_s * 2, self.max_s)
-        return wait
 
 
 def restarts_after(status: int, stopping: bool) -> bool:
@@ -61,7 +51,7 @@ def _die_with_parent() -> None:
 
 def run(argv: list[str], backoff: Backoff | None = None) -> int:
     """Run `argv` until it exits cleanly, its configuration is refused, or this process is told to stop."""
-    backoff = backoff or Backoff()
+    backoff = backoff or Backoff(healthy_after_s=60.0)  # a driver that ran a minute was healthy
     stopping = False
     child: subprocess.Popen | None = None
 
@@ -88,9 +78,26 @@ def run(argv: list[str], backoff: Backoff | None = None) -> int:
             return 0
 
 
+def exit_with_the_jvm(spark: SparkSession) -> None:
+    """End this driver process at once when the JVM it launched ends. Measured: a driver whose JVM was
+    killed mid-batch stayed alive for minutes, its main thread blocked on a logging lock while py4j
+    tore its connections down, so the keep-alive never started it again. `os._exit` waits for no lock
+    and no thread. Under spark-submit (a cluster) the JVM started Python, not the reverse: no watch."""
+    jvm = getattr(spark.sparkContext._gateway, "proc", None)
+    if jvm is None:
+        return
+
+    def watch() -> None:
+        status = jvm.wait()
+        os.write(2, f"the driver's JVM ended with status {status}; the driver exits\n".encode())
+        os._exit(JVM_DIED)
+
+    threading.Thread(target=watch, name="jvm-watch", daemon=True).start()
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.exit(run([sys.executable, "-m", "spark_jobs"]))
 
 
-__all__ = ["CONFIG_REFUSED", "Backoff", "restarts_after", "run"]
+__all__ = ["CONFIG_REFUSED", "JVM_DIED", "exit_with_the_jvm", "restarts_after", "run"]

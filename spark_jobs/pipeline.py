@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.errors import StreamingQueryException
@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs import checkpoints, control, dead_letters, reload
+from spark_jobs.backoff import Backoff
 from spark_jobs.catalogue import LiveCatalogue
 from spark_jobs.changes.stream import decode_stream
 from spark_jobs.config import PipelineConfig, PipelineConfigError, load
@@ -133,17 +134,17 @@ class BatchWriter:
                 newest.unpersist()
                 changes.unpersist()
 
-    def _wait_for_sink(self, batch_id: int, max_backoff_s: float = 30.0) -> None:
+    def _wait_for_sink(self, batch_id: int) -> None:
         """Hold this query (only this one) until its store answers. Launching tasks against a store
         that is down would fail the job, and aborted tasks can take down Python workers and py4j
         calls that other queries share: measured with Elasticsearch stopped, it stopped Redis too."""
         if not self.sink.can(Capability.WAITS_FOR_STORE):
             return
-        delay = 1.0
+        backoff = Backoff()
         while not self.sink.available():
+            delay = backoff.after()
             log.warning("%s store unavailable; batch %s waits %.0fs", self.sink.name, batch_id, delay)
             time.sleep(delay)  # back-off while the store is down
-            delay = min(delay * 2, max_backoff_s)
 
 
 def build_query(
@@ -186,7 +187,8 @@ def build_query(
 class _Supervised:
     query: StreamingQuery | None = None
     retry_at: float = 0.0
-    backoff: float = 1.0
+    # A query that ran 30 s was healthy: its next failure restarts quickly again.
+    backoff: Backoff = field(default_factory=lambda: Backoff(max_s=30.0, healthy_after_s=30.0))
     started_at: float = 0.0
     last_error: str | None = None
     logged_batch: int = -1
@@ -233,7 +235,7 @@ def _reload(settings: JobSettings, pipeline: PipelineConfig, supervised: dict[st
     return new
 
 
-def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, max_backoff_s: float = 30.0) -> None:
+def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig) -> None:
     """Run every configured sink's query; restart one that fails (e.g. its store is down) with
     exponential back-off while the others keep running; re-read pipeline.yaml's tables when asked
     (`tide tables add | remove`). Returns only if the session stops."""
@@ -256,22 +258,20 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
             if state.query is not None and state.query.isActive:
                 checkpoints.drop_retired(settings.checkpoint_dir / sink)
                 _log_progress(sink, state)
-                if now - state.started_at > max_backoff_s:
-                    state.backoff = 1.0  # healthy for a while: the next failure retries quickly again
                 continue
             if state.query is not None:
                 state.last_error = str(state.query.exception() or "stopped")[:500]
-                log.error("query %s stopped: %s; restarting in %.0fs", sink, state.last_error, state.backoff)
-                state.query, state.retry_at = None, now + state.backoff
-                state.backoff = min(state.backoff * 2, max_backoff_s)
+                wait = state.backoff.after(now - state.started_at)
+                log.error("query %s stopped: %s; restarting in %.0fs", sink, state.last_error, wait)
+                state.query, state.retry_at = None, now + wait
             elif now >= state.retry_at:
                 try:
                     state.query, state.started_at = build_query(spark, settings, pipeline, sink), now
                 except Exception as exc:  # noqa: BLE001 - e.g. the store is down during setup: retry later
                     state.last_error = str(exc)[:500]
-                    log.error("cannot start query %s: %s; retrying in %.0fs", sink, exc, state.backoff)
-                    state.retry_at = now + state.backoff
-                    state.backoff = min(state.backoff * 2, max_backoff_s)
+                    wait = state.backoff.after()
+                    log.error("cannot start query %s: %s; retrying in %.0fs", sink, exc, wait)
+                    state.retry_at = now + wait
         write_status(settings, supervised, pipeline, reloads)
         try:
             spark.streams.awaitAnyTermination(timeout=5)
@@ -290,7 +290,8 @@ def _hold_paused(sink: str, state: _Supervised, paused: bool) -> bool:
         state.query = None
     elif state.paused and not paused:
         log.warning("query %s resumed by the operator", sink)
-        state.retry_at, state.backoff = 0.0, 1.0
+        state.retry_at = 0.0
+        state.backoff.reset()
     state.paused = paused
     return paused
 

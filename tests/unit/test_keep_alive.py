@@ -7,7 +7,8 @@ import signal
 import subprocess
 import sys
 
-from spark_jobs.keep_alive import CONFIG_REFUSED, HEALTHY_AFTER_S, Backoff, restarts_after, run
+from spark_jobs.backoff import Backoff
+from spark_jobs.keep_alive import CONFIG_REFUSED, JVM_DIED, restarts_after, run
 from tests.waiting import wait_until
 
 
@@ -19,10 +20,14 @@ def test_a_crash_or_a_kill_restarts_and_a_clean_exit_a_refused_config_or_a_stop_
     assert not restarts_after(1, stopping=True)
 
 
-def test_back_off_doubles_to_its_bound_and_starts_over_after_a_healthy_run():
-    backoff = Backoff(first_s=1.0, max_s=4.0)
+def test_back_off_doubles_to_its_bound_and_starts_over_after_a_healthy_run_or_a_reset():
+    backoff = Backoff(first_s=1.0, max_s=4.0, healthy_after_s=60.0)
     assert [backoff.after(0.5) for _ in range(4)] == [1.0, 2.0, 4.0, 4.0]
-    assert backoff.after(HEALTHY_AFTER_S) == 1.0
+    assert backoff.after(59.0) == 4.0
+    assert backoff.after(60.0) == 1.0
+    assert backoff.after() == 2.0
+    backoff.reset()
+    assert backoff.after() == 1.0
 
 
 def test_a_child_that_dies_twice_is_started_again_until_it_exits_cleanly(tmp_path):
@@ -75,3 +80,25 @@ def test_a_stop_is_passed_to_the_driver_and_ends_the_loop(tmp_path):
     wait_until(ready.exists, 30, "the driver to start")
     keeper.send_signal(signal.SIGTERM)
     assert keeper.wait(timeout=30) == 0
+
+
+def test_a_driver_whose_jvm_is_killed_exits_even_with_its_main_thread_stuck(tmp_path):
+    """The real hang measured: the JVM killed mid-batch, the driver's main thread blocked on a lock
+    for good. The driver still ends, with JVM_DIED, so the keep-alive starts it again."""
+    jvm_pid = tmp_path / "jvm.pid"
+    driver = (
+        f"import sys, threading; sys.path.insert(0, {os.getcwd()!r})\n"
+        "from pyspark.sql import SparkSession\n"
+        "from spark_jobs.keep_alive import exit_with_the_jvm\n"
+        "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "exit_with_the_jvm(spark)\n"
+        f"open({str(jvm_pid)!r}, 'w').write(str(spark.sparkContext._gateway.proc.pid))\n"
+        "stuck = threading.Lock(); stuck.acquire(); stuck.acquire()\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", driver])
+    try:
+        pid = int(wait_until(lambda: jvm_pid.exists() and jvm_pid.read_text(), 120, "the driver's JVM"))
+        os.kill(pid, signal.SIGKILL)
+        assert child.wait(timeout=60) == JVM_DIED
+    finally:
+        child.kill()
