@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 import uuid
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
@@ -63,6 +64,17 @@ class Workload(threading.Thread):
         assert not self.is_alive(), "the workload did not stop"
         assert self.error is None, self.error
         return self.done
+
+
+def redis_versions(settings: StackSettings, table: str, count: int = 50) -> dict[bytes, tuple[int, int]]:
+    client = redis.Redis(host=settings.host, port=settings.redis_port, db=REDIS_DB)
+    keys = [key for key in client.scan_iter(match=f"{table}:*", count=1000)][:count]
+    versions = {}
+    for key in keys:
+        major, minor = client.hmget(key, "tl_version_major", "tl_version_minor")
+        if major is not None:
+            versions[key] = (int(major), int(minor))
+    return versions
 
 
 def kill_9_driver(jobs: StackSettings) -> None:
@@ -156,3 +168,41 @@ def dead_lettered_by_every_sink(stack: StackSettings, topic: str, key: bytes, va
         return letters if {letter["stage"] for letter in letters} == {f"decode:{sink}" for sink in SINKS} else None
 
     return wait_until(dead_letters, 90, f"each sink's dead letter of the {what}")
+
+
+# The cache's aggregates by hand-written SQL of their definitions in pipeline.yaml (docs/sinks/redis.md):
+# an oracle independent of the query `tide verify` generates from the declaration.
+CUSTOMER_STATS = """
+SELECT customer_id, count(*), coalesce(sum(total) FILTER (WHERE status IN ('paid', 'shipped')), 0)
+FROM orders WHERE customer_id IS NOT NULL GROUP BY customer_id
+"""
+UNITS_SOLD = """
+SELECT i.product_id, sum(i.quantity) FROM order_items i JOIN orders o ON o.id = i.order_id
+WHERE o.status <> 'cancelled' AND i.product_id IS NOT NULL
+GROUP BY i.product_id HAVING coalesce(sum(i.quantity), 0) <> 0
+"""
+
+
+def sql_figures(stack: StackSettings) -> tuple[dict[str, tuple[int, Decimal]], dict[str, int]]:
+    with psycopg.connect(postgres.conninfo(stack)) as conn:
+        stats = {str(c): (n, Decimal(paid)) for c, n, paid in conn.execute(CUSTOMER_STATS)}
+        units = {str(p): int(n) for p, n in conn.execute(UNITS_SOLD)}
+    return stats, units
+
+
+def redis_figures(stack: StackSettings) -> tuple[dict[str, tuple[int, Decimal]], dict[str, int]]:
+    cache = redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB)
+    stats = {}
+    for key in cache.scan_iter(match="customer:*:stats", count=1000):
+        count, paid = cache.hmget(key, "order_count", "paid_total")
+        stats[key.decode().split(":")[1]] = (int(count), Decimal(paid.decode()))
+    units = {member.decode(): int(score) for member, score in cache.zrange("top_products:units_sold", 0, -1, withscores=True)}
+    return stats, units
+
+
+def assert_aggregates_equal_group_by(stack: StackSettings) -> None:
+    """The cache's aggregates equal SQL GROUP BY over PostgreSQL (call once the cache has caught up)."""
+    expected, held = sql_figures(stack), redis_figures(stack)
+    assert held[0] == expected[0], "customer:<id>:stats differs from SQL"
+    assert held[1] == expected[1], "top_products:units_sold differs from SQL"
+    assert expected[0] and expected[1], "the workload left nothing to aggregate"
