@@ -14,6 +14,8 @@ import functools
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
+from pydantic import BaseModel
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -22,13 +24,15 @@ MAX_KEPT = 32
 
 
 def frozen(value: Any) -> Hashable:
-    """`value` as a hashable equivalent: mappings, sequences and dataclasses by their contents."""
+    """`value` as a hashable equivalent: mappings, sequences, dataclasses and pydantic models by their contents."""
     if isinstance(value, Mapping):
         return ("map", tuple(sorted((frozen(k), frozen(v)) for k, v in value.items())))
     if isinstance(value, (list, tuple)):
         return ("seq", tuple(frozen(item) for item in value))
     if isinstance(value, (set, frozenset)):
         return ("set", tuple(sorted(frozen(item) for item in value)))
+    if isinstance(value, BaseModel):
+        return (type(value).__qualname__, frozen(value.model_dump()))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return (type(value).__qualname__, tuple(frozen(getattr(value, f.name)) for f in dataclasses.fields(value)))
     hash(value)  # anything else must be hashable itself (str, int, bool, None, enums)

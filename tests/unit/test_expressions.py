@@ -22,6 +22,17 @@ def test_equal_contents_freeze_equal_and_different_contents_do_not():
     assert frozen({"b", "a"}) == frozen({"a", "b"})
 
 
+def test_pydantic_models_freeze_by_their_contents():
+    from pydantic import BaseModel
+
+    class View(BaseModel):
+        root: str
+        children: list[str]
+
+    assert frozen({"v": View(root="a", children=["b"])}) == frozen({"v": View(root="a", children=["b"])})
+    assert frozen({"v": View(root="a", children=["b"])}) != frozen({"v": View(root="a", children=["c"])})
+
+
 def test_an_unhashable_leaf_is_refused():
     with pytest.raises(TypeError):
         frozen([bytearray(b"x")])

@@ -26,6 +26,7 @@ from elasticsearch import Elasticsearch, helpers
 
 from spark_jobs.changes.envelope import row_id
 from spark_jobs.config import ChildJoin, JoinNode, NestedView, PipelineConfig, node_table
+from spark_jobs.expressions import reused
 from spark_jobs.sinks.elasticsearch import _store
 from spark_jobs.sinks.elasticsearch._store import MAX_TRIES, ElasticsearchSinkError, Stored
 
@@ -66,6 +67,12 @@ def touches(changes: DataFrame, views: Mapping[str, NestedView]) -> DataFrame:
     changed row's own ref finds the documents it is in (renames, deletes, children moved away); a child's
     join column in its new image finds the row it now belongs to (new children); a root's key names its
     own document; a truncate finds every document holding a row of its table."""
+    return changes.select(_touch_column(views)).select("t.*").distinct()
+
+
+@reused
+def _touch_column(views: Mapping[str, NestedView]) -> Column:
+    """Every lookup of a change, exploded to one row each (built once: spark_jobs/expressions.py)."""
     from pyspark.sql import functions as F
 
     found: list[Column] = []
@@ -85,7 +92,7 @@ def touches(changes: DataFrame, views: Mapping[str, NestedView]) -> DataFrame:
                 if isinstance(parent, NestedView):
                     found.append(_touch(name, "root", owner))
     every = F.filter(F.array(*found), lambda touch: touch["value"].isNotNull())
-    return changes.select(F.explode(every).alias("t")).select("t.*").distinct()
+    return F.explode(every).alias("t")
 
 
 def _touch(view: str, kind: str, value: Column) -> Column:
