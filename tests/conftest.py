@@ -18,6 +18,13 @@ from services.versions import PROJECT_ROOT
 # Elasticsearch HTTP port on another's transport port).
 _PORT_OFFSET = int(os.environ.get("TIDE_TEST_PORT_OFFSET", "0"))
 
+# Every driver the tests start (directly or through `tide`) inherits these. The Delta queries' longer
+# default intervals (10 s, 30 s: fewer, larger batches under steady load) only add an idle wait for the
+# next trigger once the writes stop, which is when a test waits for every sink to catch up. Under load
+# a Delta batch takes longer than either interval, so batches run back to back as they do by default.
+for _name in ("TIDE_JOB_WAREHOUSE_TRIGGER_INTERVAL", "TIDE_JOB_ANALYTICS_TRIGGER_INTERVAL"):
+    os.environ.setdefault(_name, "2 seconds")
+
 
 def stack_ports(band: int, shift: int = 0) -> dict[str, int]:
     """Every service port at `band`0000 + the usual port + `shift`, plus this checkout's offset.
