@@ -14,8 +14,8 @@ A refused configuration is not retried (it would fail the same way), and a stop 
 from __future__ import annotations
 
 import logging
-import signal
 import os
+import signal
 import subprocess
 import sys
 import threading

@@ -188,7 +188,7 @@ class _Supervised:
     query: StreamingQuery | None = None
     retry_at: float = 0.0
     # A query that ran 30 s was healthy: its next failure restarts quickly again.
-    backoff: Backoff = field(default_factory=lambda: Backoff(max_s=30.0, healthy_after_s=30.0))
+    backoff: Backoff = field(default_factory=lambda: Backoff(healthy_after_s=30.0))
     started_at: float = 0.0
     last_error: str | None = None
     logged_batch: int = -1
