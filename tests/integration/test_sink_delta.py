@@ -432,6 +432,14 @@ def late_deltas(spark, sink: AnalyticsSink) -> dict:
     return found
 
 
+def figures_with_late_deltas(spark, sink: AnalyticsSink) -> dict:
+    """Each window's figures plus its recorded late deltas (what `tide verify` compares), windows that
+    cancel to nothing left out."""
+    figures, deltas = window_figures(spark, sink), late_deltas(spark, sink)
+    combined = {key: tuple(a + b for a, b in zip(figures.get(key, (0, 0)), deltas.get(key, (0, 0)))) for key in figures | deltas}
+    return {key: value for key, value in combined.items() if value != (0, 0)}
+
+
 def test_windows_follow_the_current_rows_until_closed_then_record_late_changes(spark, derived):
     spec = DERIVED.windows["revenue"].windows
     placed = {1: ("10.00", T0), 2: ("5.00", T0 + MINUTE), 3: ("7.00", T0 + 5 * MINUTE)}
@@ -451,9 +459,21 @@ def test_windows_follow_the_current_rows_until_closed_then_record_late_changes(s
     assert figures[(60, 60, T0)] == (Decimal("10.00"), 1), "a closed window keeps its figures"
     assert figures[(60, 60, T0 + 4 * MINUTE)] == (Decimal("1.00"), 1), "an open window follows the rows"
     assert (60, 60, T0 + 5 * MINUTE) not in figures, "an open window whose rows are gone is removed"
-    combined = {key: tuple(a + b for a, b in zip(figures.get(key, (0, 0)), deltas.get(key, (0, 0)))) for key in figures | deltas}
-    assert {k: v for k, v in combined.items() if v != (0, 0)} == expected
+    assert figures_with_late_deltas(spark, derived) == expected
     paths = (derived.windows.path("revenue"), derived.windows.path("revenue_late"), derived.windows.watermarks_path)
     held = versions(spark, *paths)
     write(spark, derived, late, 1)
     assert versions(spark, *paths) == held and late_deltas(spark, derived) == deltas, "a replay commits nothing"
+
+
+def test_a_stale_change_of_a_row_deleted_after_its_window_closed_records_no_late_change(spark, derived):
+    spec = DERIVED.windows["revenue"].windows
+    snapshot = [order((1, 1), 1, "10.00", T0, "r"), order((1, 2), 2, "7.00", T0 + 5 * MINUTE, "r")]
+    write(spark, derived, snapshot, 0)  # the watermark is now T0+4m: the windows around T0 are closed
+    write(spark, derived, [order((2, 1), 1, None, None, "d")], 1)  # recorded late: -10.00, -1
+    expected = aggregate([(T0 + 5 * MINUTE, Decimal("7.00"))], spec)
+    assert figures_with_late_deltas(spark, derived) == expected
+    # Sent again after the delete (a stale redelivery, or a resend after a Connect crash): the MERGE
+    # refuses it (the row's tombstone is newer), so the windows must not count it either.
+    write(spark, derived, [snapshot[0]], 2)
+    assert figures_with_late_deltas(spark, derived) == expected

@@ -10,9 +10,10 @@ current-state copy of each windowed table (spark_jobs/sinks/delta/_current.py, i
   one facts job; after the batch, watermark = max(watermark, that time − allowed lateness). It never
   goes back (appended to `_tideline/window_watermarks`, the highest counting, read once at start);
   a batch uses the one left by the batches before it, as Spark does;
-- `before_merge`: the changes of the MERGE's source that would alter a closed window (end at or
-  below the watermark), each with its effect relative to the row the copy holds, are inserted if
-  absent into `<name>_late`: before the MERGE that would hide the held row;
+- `before_merge`: the changes the MERGE will apply (newer than the held row, or than the row's
+  tombstone where none is held) that would alter a closed window (end at or below the watermark),
+  each with its effect relative to the row the copy holds, are inserted if absent into
+  `<name>_late`: before the MERGE that would hide the held row;
 - `after_write`: the open windows (end after the watermark) are recomputed from the copy and MERGEd
   into `<name>` (a window whose rows are all gone is removed).
 
@@ -35,11 +36,11 @@ from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import WindowSpec, WindowView, late_table
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta._facts import Facts
-from spark_jobs.sinks.delta._merge import KEEP, OP
+from spark_jobs.sinks.delta._merge import KEEP, OP, TOMB_MAJOR, TOMB_MINOR
 from spark_jobs.sinks.delta._plan import TablePlan
 from spark_jobs.sinks.delta._source import ROW_ID
 from spark_jobs.sinks.delta._tables import Tables
-from spark_jobs.sinks.delta._version import Version, keep_stored, newer, quote
+from spark_jobs.sinks.delta._version import Version, keep_stored, newer, newer_or_absent, quote
 from spark_jobs.sinks.delta.layout import (
     COUNT_DELTA,
     END,
@@ -61,6 +62,7 @@ log = logging.getLogger("tideline.windows")
 
 WATERMARKS = StructType([StructField("view", StringType()), StructField("watermark", TimestampType())])
 _HELD = Version.of(None, "_old_major", "_old_minor")
+_TOMB = Version.of(None, TOMB_MAJOR, TOMB_MINOR)
 
 
 def in_windows(rows: DataFrame, specs: list[WindowSpec]) -> DataFrame:
@@ -89,8 +91,11 @@ def late_changes(view: WindowView, plan: TablePlan, source: DataFrame, held: Dat
         F.col(quote(time_column)).alias("_old_time"), F.col(quote(value_column)).alias("_old_value"),
         F.col(VERSION_MAJOR).alias("_old_major"), F.col(VERSION_MINOR).alias("_old_minor"),
     )
-    joined = source.join(held, list(plan.keys), "left").where(
-        F.col("_old_major").isNull() | F.expr(newer(Version.of(), _HELD)))
+    # The changes the MERGE applies: newer than the held row, or, where none is held, newer than the
+    # row's tombstone (a stale upsert of a deleted row is refused, so it must not count as late either).
+    applied = F.when(F.col("_old_major").isNull(), F.expr(newer_or_absent(Version.of(), _TOMB))).otherwise(
+        F.expr(newer(Version.of(), _HELD)))
+    joined = source.join(held, list(plan.keys), "left").where(applied)
 
     def arriving(column: str, old: str) -> Column:
         if column not in plan.fields:
