@@ -18,12 +18,12 @@ from services.versions import PROJECT_ROOT
 # Elasticsearch HTTP port on another's transport port).
 _PORT_OFFSET = int(os.environ.get("TIDE_TEST_PORT_OFFSET", "0"))
 
-# Every driver the tests start (directly or through `tide`) inherits this. The warehouse's longer default
-# interval (10 s: fewer, larger batches under steady load) only adds an idle wait for the next trigger once
-# the writes stop, which is when a test waits for every sink to catch up; under load its batches outlast
-# either interval. The analytics query keeps its default 30 s: with 2 s the chaos smoke found its window
-# figures off in 2 of 3 runs (docs/reliability.md), a bug not yet explained.
+# Every driver the tests start (directly or through `tide`) inherits these. The Delta queries' longer
+# default intervals (10 s and 30 s: fewer, larger batches under steady load) only add an idle wait for the
+# next trigger once the writes stop, which is when a test waits for every sink to catch up; under load
+# their batches outlast either interval.
 os.environ.setdefault("TIDE_JOB_WAREHOUSE_TRIGGER_INTERVAL", "2 seconds")
+os.environ.setdefault("TIDE_JOB_ANALYTICS_TRIGGER_INTERVAL", "2 seconds")
 
 
 def stack_ports(band: int, shift: int = 0) -> dict[str, int]:
