@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,20 +188,24 @@ def delete(settings: StackSettings, pipeline: PipelineConfig, drop_slot: bool = 
     with ConnectApi(kafka.connect_url(settings)) as api:
         if drop_slot and api.status(name) is not None:
             api.stop(name)
-            _wait_stopped(api, name)
+            _wait_until(api, name, "stop", lambda state: state is None or state["connector"]["state"] == "STOPPED")
             api.reset_offsets(name)
         existed = api.delete(name)
+        # Connect answers the DELETE before every worker has read it back: a status read right after
+        # may still find the connector (seen in CI), and a register right after would race it.
+        _wait_until(api, name, "go away", lambda state: state is None)
     if drop_slot:
         _drop_slot_when_released(settings, pipeline.source.slot)
     return existed
 
 
-def _wait_stopped(api: ConnectApi, name: str, wait_s: float = 30.0) -> None:
+def _wait_until(api: ConnectApi, name: str, what: str, done: Callable[[dict[str, Any] | None], bool], wait_s: float = 30.0) -> None:
+    """Poll the connector's status until `done` holds for it (None once it is gone)."""
     deadline = time.monotonic() + wait_s
-    while (state := api.status(name)) and state["connector"]["state"] != "STOPPED":
+    while not done(api.status(name)):
         if time.monotonic() > deadline:
-            raise ConnectError(f"connector {name} did not stop within {wait_s:.0f}s")
-        time.sleep(0.5)  # poll: stopping is asynchronous
+            raise ConnectError(f"connector {name} did not {what} within {wait_s:.0f}s")
+        time.sleep(0.5)  # poll: Connect applies both asynchronously
 
 
 def _drop_slot_when_released(settings: StackSettings, slot: str, wait_s: float = 30.0) -> None:
