@@ -35,6 +35,7 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
     jobs = driver.job_settings(settings)
     env_only = JobSettings()  # settings the driver reads straight from TIDE_JOB_* (not set by the stack)
     return {
+        "job_master": env_only.master,
         "job_trigger_interval": jobs.trigger_interval,
         "job_warehouse_trigger_interval": env_only.warehouse_trigger_interval,
         "job_analytics_trigger_interval": env_only.analytics_trigger_interval,
