@@ -68,8 +68,11 @@ def newest_per_row(changes: DataFrame) -> DataFrame:
 def _folding() -> tuple[Column, Column, Column]:
     """The grouping, the gathering of a group's changes and their fold (built once: spark_jobs/expressions.py)."""
     row = F.struct(*(F.col(name) for name in FIELDS))
-    ordered = F.array_sort(F.col("_changes"), _compare)
-    folded = F.when(F.size(ordered) == 1, ordered[0]).otherwise(
+    changes = F.col("_changes")
+    ordered = F.array_sort(changes, _compare)
+    # Most rows change once per batch: their group is not sorted (the sort's comparator is a lambda,
+    # run interpreted).
+    folded = F.when(F.size(changes) == 1, changes[0]).otherwise(
         F.aggregate(F.slice(ordered, 2, F.size(ordered)), ordered[0], newer)
     )
     return group_column().alias("_group"), F.collect_list(row).alias("_changes"), folded.alias("_c")

@@ -30,17 +30,18 @@ _KEY_MAP = "map<string, variant>"
 def row_id_column(key: Column) -> Column:
     """envelope.row_id in SQL, for a key parsed as map<string, variant>."""
     values = F.map_values(key)
-    encoded = F.when(F.size(values) == 1, values[0].cast("string")).otherwise(
-        F.concat(F.lit("["), F.array_join(F.transform(values, lambda v: F.to_json(v)), ","), F.lit("]"))
-    )
+    # A composite id is the values' JSON list (to_json keeps each value's JSON type).
+    encoded = F.when(F.size(values) == 1, values[0].cast("string")).otherwise(F.to_json(values))
     return F.when(
         F.octet_length(encoded) > envelope.MAX_ID_BYTES, F.concat(F.lit("sha256:"), F.sha2(encoded, 256))
     ).otherwise(encoded)
 
 
-def version_column(source: Column) -> Column:
-    """envelope.version in SQL: struct<major, minor>; NULL when the sequence cannot be read."""
-    sequence = F.from_json(source["sequence"], "array<string>")
+def version_column(source: Column, sequence: Column | None = None) -> Column:
+    """envelope.version in SQL: struct<major, minor>; NULL when the sequence cannot be read.
+    `sequence`: source.sequence already parsed as array<string>, when the caller parsed it."""
+    if sequence is None:
+        sequence = F.from_json(source["sequence"], "array<string>")
     lsn = F.coalesce(source["lsn"], F.lit(0).cast("bigint"))
     minor = F.coalesce(sequence[1].cast("bigint"), lsn)
     streamed = source["snapshot"].isNull() | (source["snapshot"] == "false")
@@ -58,9 +59,10 @@ def _placeholder(value: Column) -> Column:
 
 
 def _header(name: str) -> Column:
-    """A header's value as text (the first header of that name), NULL when absent."""
-    found = F.filter(F.col("headers"), lambda h: h["key"] == name)
-    return F.when(F.size(found) > 0, found[0]["value"].cast("string"))
+    """A header's value as text (the first header of that name), NULL when absent. array_position, not
+    a lambda: a higher-order function keeps its whole projection out of generated code."""
+    position = F.array_position(F.col("headers")["key"], name)
+    return F.when(position > 0, F.element_at(F.col("headers")["value"], position.cast("int")).cast("string"))
 
 
 def _key_map(raw: Column) -> Column:
@@ -124,60 +126,68 @@ def decode_stream(records: DataFrame, tables: Iterable[str],
     `catalogue`, dates, timestamps and times without a zone lose the UTC mark Debezium gives them."""
     wanted = tuple(sorted(set(tables)))
     local_times = tuple(sorted(local_time_columns(catalogue or {}, wanted).items()))
-    parsed, keyed, changes = _decoding(wanted, local_times, "headers" in records.columns)
-    return records.where(F.col("value").isNotNull()).select(*parsed).select(*keyed).select(*changes)
+    parsed, unpacked, changes = _decoding(wanted, local_times, "headers" in records.columns)
+    return records.where(F.col("value").isNotNull()).select(*parsed).select(*unpacked).select(*changes)
 
 
 @reused
 def _decoding(wanted: tuple[str, ...], local_times: tuple[tuple[str, str], ...],
               headers: bool) -> tuple[list[Column], list[Column], list[Column]]:
-    """The decoder's three projections: the record parsed, its key and version read once (each is
-    used several times below, and a projection keeps them from being parsed again per use), the change."""
+    """The decoder's three projections. Spark runs `from_json` and higher-order functions (lambdas)
+    interpreted, and a projection holding one of them is generated again by every task instead of
+    joining the stage's generated code. So they stand in two small projections of their own: the
+    record, key and old key parsed; then the sequence parsed and the after image cleaned. The third,
+    every rule, is plain expressions. Each parsed column is used several times downstream, which also
+    keeps Spark from merging a projection into the next (it would parse the JSON again per use)."""
     value = F.from_json(F.col("value").cast("string"), _VALUE)
+    old_key = _header(envelope.OLD_KEY_HEADER) if headers else F.lit(None).cast("string")
+    new_key = _header(envelope.NEW_KEY_HEADER) if headers else F.lit(None).cast("string")
     parsed = [
         "topic", "partition", "offset", "value",
         F.coalesce(value["payload"], F.struct(value["after"], value["source"], value["op"])).alias("_e"),
         _key_map(F.col("key")).alias("_key"),
-        *(_header(name).alias(alias) if headers else F.lit(None).cast("string").alias(alias)
-          for name, alias in ((envelope.OLD_KEY_HEADER, "_old_key"), (envelope.NEW_KEY_HEADER, "_new_key"))),
+        F.from_json(old_key, _KEY_MAP).alias("_old_key"),
+        new_key.alias("_new_key"),
     ]
-    keyed = ["topic", "partition", "offset", "value", "_e", "_key", "_old_key", "_new_key",
-             version_column(F.col("_e")["source"]).alias("_version")]
-    e, key, version = F.col("_e"), F.col("_key"), F.col("_version")
-    op, source = e["op"], e["source"]
+    e = F.col("_e")
+    kept = _local_times(F.map_filter(e["after"], lambda _, v: v.isNull() | ~_placeholder(v)), e["source"]["table"],
+                        dict(local_times))
+    unpacked = ["topic", "partition", "offset", "value", "_e", "_key", "_old_key", "_new_key",
+                F.from_json(e["source"]["sequence"], "array<string>").alias("_sequence"), kept.alias("_after")]
+    key, op, source = F.col("_key"), e["op"], e["source"]
+    version = version_column(source, F.col("_sequence"))
     truncate = op == envelope.TRUNCATE
     error = (
         F.when(op.isNull(), F.when(F.get_json_object(F.col("value").cast("string"), "$").isNull(),
                                    F.lit("value is not JSON")).otherwise(F.lit("value has no Debezium op")))
         .when(~op.isin(*envelope.OPS), F.concat(F.lit("unknown op "), op))
         .when(source["table"].isNull(), F.lit("payload has no source.table"))
-        .when(op.isin("r", "c", "u") & e["after"].isNull(), F.concat(F.lit("op "), op, F.lit(" without an after image")))
+        .when(op.isin("r", "c", "u") & F.col("_after").isNull(),
+              F.concat(F.lit("op "), op, F.lit(" without an after image")))
         .when(~source["table"].isin(*wanted) if wanted else F.lit(True),
               F.concat(F.lit("table "), source["table"], F.lit(" is not configured in pipeline.yaml for this sink")))
         .when(version.isNull(), F.concat(F.lit("source.sequence is not a two-element list: "), source["sequence"]))
         .when(~truncate & key.isNull(), F.lit("key is not a JSON object"))
     )
-    after = e["after"]
     changes = [
         source["table"].alias("table"),
         op.alias("op"),
         F.when(~truncate, row_id_column(key)).alias("row_id"),
-        F.when(~truncate, F.transform_values(key, lambda _, v: v.cast("string"))).alias("key"),
-        _local_times(F.map_filter(after, lambda _, v: v.isNull() | ~_placeholder(v)), source["table"], dict(local_times))
-        .alias("after"),
-        F.coalesce(F.map_keys(F.map_filter(after, lambda _, v: _placeholder(v))), F.array().cast("array<string>"))
+        F.when(~truncate, key.cast("map<string, string>")).alias("key"),
+        F.col("_after").alias("after"),
+        # The keys the cleaning removed: those whose value was the placeholder.
+        F.coalesce(F.array_except(F.map_keys(e["after"]), F.map_keys(F.col("_after"))), F.array().cast("array<string>"))
         .alias("unavailable"),
         F.create_map().cast(CHANGE["filled"].dataType).alias("filled"),
         version.alias("version"),
         F.timestamp_millis(source["ts_ms"]).alias("commit_ts"),
         ((op == envelope.DELETE) & F.col("_new_key").isNotNull()).alias("moved"),
-        F.when(F.col("_old_key").isNotNull(), row_id_column(F.from_json(F.col("_old_key"), _KEY_MAP)))
-        .alias("old_row_id"),
+        F.when(F.col("_old_key").isNotNull(), row_id_column(F.col("_old_key"))).alias("old_row_id"),
         F.struct("topic", "partition", "offset").alias("origin"),
         error.alias("error"),
         F.when(error.isNotNull(), F.col("value")).alias("letter_value"),
     ]
-    return parsed, keyed, changes
+    return parsed, unpacked, changes
 
 
 __all__ = ["FIELDS", "LOCAL_TIME_TYPES", "decode_stream", "local_time_columns", "row_id_column", "version_column"]
