@@ -37,11 +37,9 @@ def row_id_column(key: Column) -> Column:
     ).otherwise(encoded)
 
 
-def version_column(source: Column, sequence: Column | None = None) -> Column:
+def version_column(source: Column, sequence: Column) -> Column:
     """envelope.version in SQL: struct<major, minor>; NULL when the sequence cannot be read.
-    `sequence`: source.sequence already parsed as array<string>, when the caller parsed it."""
-    if sequence is None:
-        sequence = F.from_json(source["sequence"], "array<string>")
+    `sequence`: source.sequence parsed as array<string> (by the caller, in a projection of its own)."""
     lsn = F.coalesce(source["lsn"], F.lit(0).cast("bigint"))
     minor = F.coalesce(sequence[1].cast("bigint"), lsn)
     streamed = source["snapshot"].isNull() | (source["snapshot"] == "false")
@@ -58,9 +56,12 @@ def _placeholder(value: Column) -> Column:
     return value.isin(*envelope.UNAVAILABLE_FORMS)
 
 
-def _header(name: str) -> Column:
-    """A header's value as text (the first header of that name), NULL when absent. array_position, not
-    a lambda: a higher-order function keeps its whole projection out of generated code."""
+def _header(name: str, present: bool) -> Column:
+    """A header's value as text (the first header of that name), NULL when absent or when the records
+    carry no headers (`present`). array_position, not a lambda: a higher-order function keeps its
+    whole projection out of generated code."""
+    if not present:
+        return F.lit(None).cast("string")
     position = F.array_position(F.col("headers")["key"], name)
     return F.when(position > 0, F.element_at(F.col("headers")["value"], position.cast("int")).cast("string"))
 
@@ -140,14 +141,12 @@ def _decoding(wanted: tuple[str, ...], local_times: tuple[tuple[str, str], ...],
     every rule, is plain expressions. Each parsed column is used several times downstream, which also
     keeps Spark from merging a projection into the next (it would parse the JSON again per use)."""
     value = F.from_json(F.col("value").cast("string"), _VALUE)
-    old_key = _header(envelope.OLD_KEY_HEADER) if headers else F.lit(None).cast("string")
-    new_key = _header(envelope.NEW_KEY_HEADER) if headers else F.lit(None).cast("string")
     parsed = [
         "topic", "partition", "offset", "value",
         F.coalesce(value["payload"], F.struct(value["after"], value["source"], value["op"])).alias("_e"),
         _key_map(F.col("key")).alias("_key"),
-        F.from_json(old_key, _KEY_MAP).alias("_old_key"),
-        new_key.alias("_new_key"),
+        F.from_json(_header(envelope.OLD_KEY_HEADER, headers), _KEY_MAP).alias("_old_key"),
+        _header(envelope.NEW_KEY_HEADER, headers).alias("_new_key"),
     ]
     e = F.col("_e")
     kept = _local_times(F.map_filter(e["after"], lambda _, v: v.isNull() | ~_placeholder(v)), e["source"]["table"],
