@@ -67,6 +67,9 @@ def build_session(
             # A JVM out of heap ends at once (the keep-alive starts it again: spark_jobs/keep_alive.py)
             # rather than limping on with threads that died of the error.
             builder = builder.config("spark.driver.extraJavaOptions", "-XX:+ExitOnOutOfMemoryError")
+            # Python workers import pyspark from the installed package, not Spark's zip archives, which
+            # cost every task ~90 ms (spark_jobs/worker_daemon.py).
+            builder = builder.config("spark.python.daemon.module", "spark_jobs.worker_daemon")
         # Local Python workers run this interpreter (the project's environment), not whatever
         # `python3` is first on PATH. On a cluster, PYSPARK_PYTHON names the workers' interpreter.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -1,9 +1,12 @@
-"""Spark jobs, stages and time per micro-batch of the warehouse and analytics queries, without Kafka.
+"""Spark jobs, stages and time per micro-batch of one sink's query, without Kafka.
 
 Synthetic Debezium records (the layout of tests/unit/fixtures/debezium_records.json: Connect's JSON
 with its schema, which both the JVM decoder and main's Python decoder read) are built in Spark SQL for
 the four demo tables and handed to the sink the way the query's foreachBatch does. Each batch runs in
-a job group; the status tracker lists its jobs and their stages.
+a job group; the status tracker lists its jobs and their stages. At the end it prints the CPU time
+the local Python workers used (their processes, read from /proc). Search and cache write to the
+stores of TIDE_JOB_ELASTICSEARCH_URL / TIDE_JOB_REDIS_URL (e.g. a stack's, `tide up`);
+BENCH_NO_NESTED=1 leaves the nested views out of the pipeline (the search sink's flat writes alone).
 
 - this tree (`spark_jobs.sinks.delta.warehouse` exists): decode_stream → newest_per_row (persisted, as
   the pipeline does for a sink that is not SINGLE_PASS) → `sink.write(Batch)` → a count of the
@@ -11,8 +14,8 @@ a job group; the status tracker lists its jobs and their stages.
 - main's tree: main's `BatchWriter("warehouse" | "analytics", ...)` itself, which decodes in Python.
 
 Usage (PYTHONPATH = the tree to measure):
-    python bench/delta_batches.py jobs --sink warehouse --batches 4 --rows 2000
-    python bench/delta_batches.py load --seed 1000000 --batch 50000 --batches 3 [--property k=v ...]
+    python bench/sink_batches.py jobs --sink warehouse|analytics|search|cache --batches 4 --rows 2000
+    python bench/sink_batches.py load --seed 1000000 --batch 50000 --batches 3 [--property k=v ...]
 Prints one JSON line per batch: rows, seconds, jobs, stages (run and skipped), load average.
 """
 
@@ -106,13 +109,17 @@ class Runner:
 
         self.spark, self.sink_name = spark, sink_name
         pipeline = load(ROOT / "pipeline.yaml")
+        if os.environ.get("BENCH_NO_NESTED"):  # the search sink's flat writes alone
+            pipeline = pipeline.model_copy(update={"nested": {}})
         self.new = _new_tree()
         if self.new:
-            from spark_jobs.sinks.delta import AnalyticsSink, WarehouseSink
+            from spark_jobs.pipeline import make_sink
+            from spark_jobs.settings import JobSettings
             from tests.demo_catalogue import demo_catalogue
 
             self.catalogue = demo_catalogue()
-            self.sink = (WarehouseSink if sink_name == "warehouse" else AnalyticsSink)(warehouse, pipeline)
+            # Search and cache write to the stores named by TIDE_JOB_ELASTICSEARCH_URL / TIDE_JOB_REDIS_URL.
+            self.sink = make_sink(sink_name, JobSettings(warehouse_dir=Path(warehouse)), pipeline)
             self._tables_properties(properties)
             self.sink.setup(spark, self.catalogue)
         else:
@@ -187,7 +194,7 @@ def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=["jobs", "load"])
-    parser.add_argument("--sink", default="warehouse", choices=["warehouse", "analytics"])
+    parser.add_argument("--sink", default="warehouse", choices=["warehouse", "analytics", "search", "cache"])
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1_000_000)
@@ -233,7 +240,25 @@ def main() -> None:
                 print(json.dumps({"phase": "update", "properties": properties, "table_rows": args.seed, **result}), flush=True)
                 kafka.unpersist()
                 batch_id += 1
+    _print_python_workers_cpu()
     spark.stop()
+
+
+def _print_python_workers_cpu() -> None:
+    """CPU seconds of the local Python workers (`python -m <daemon module>` and its forks, and the
+    children they reaped), from /proc."""
+    import glob
+
+    ticks = 0
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            cmd = Path(stat).with_name("cmdline").read_bytes()
+            if cmd.split(b"\0")[1:2] == [b"-m"] and b"daemon" in cmd:
+                f = Path(stat).read_text().rsplit(")", 1)[1].split()
+                ticks += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+        except OSError:
+            pass
+    print(json.dumps({"python_workers_cpu_s": ticks / os.sysconf("SC_CLK_TCK")}), flush=True)
 
 
 if __name__ == "__main__":
