@@ -139,13 +139,19 @@ class Rows:
         self.tables = tables
         self.reads = 0
 
-    def rows(self, table, row_ids):
+    def rows(self, table, row_ids, columns):
         self.reads += 1
-        return {i: self.tables.get(table, {})[i] for i in row_ids if i in self.tables.get(table, {})}
+        found = self.tables.get(table, {})
+        return {i: _only(found[i], columns) for i in row_ids if i in found}
 
-    def referring(self, table, column, values):
+    def referring(self, table, column, values, columns):
         self.reads += 1
-        return {i: r for i, r in self.tables.get(table, {}).items() if str(r.get(column)) in values}
+        return {i: _only(r, columns) for i, r in self.tables.get(table, {}).items() if str(r.get(column)) in values}
+
+
+def _only(row: dict, columns: list[str]) -> dict:
+    """As Elasticsearch's source filtering returns it: the columns asked for that the row has."""
+    return {name: value for name, value in row.items() if name in columns}
 
 
 ORDER = {"id": 7, "customer_id": 3, "status": "paid", "total": "12.50", "created_at": "t0", "updated_at": "t1",

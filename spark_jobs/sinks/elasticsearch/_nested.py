@@ -119,11 +119,11 @@ def _nodes_with_parent(view: NestedView) -> list[tuple[JoinNode, JoinNode | None
 class FlatState(Protocol):
     """Reads the join state: the flat search indices, by table."""
 
-    def rows(self, table: str, row_ids: list[str]) -> dict[str, Row]:
-        """The rows that exist among `row_ids` (absent ids are left out)."""
+    def rows(self, table: str, row_ids: list[str], columns: list[str]) -> dict[str, Row]:
+        """The rows that exist among `row_ids` (absent ids are left out), with `columns` at least."""
 
-    def referring(self, table: str, column: str, values: list[str]) -> dict[str, Row]:
-        """Every row of `table` whose `column` is one of `values`, by row id."""
+    def referring(self, table: str, column: str, values: list[str], columns: list[str]) -> dict[str, Row]:
+        """Every row of `table` whose `column` is one of `values`, by row id, with `columns` at least."""
 
 
 def sort_key(row_id: str) -> tuple:
@@ -141,11 +141,18 @@ def _fields(row: Row, fields: Iterable[str]) -> Row:
     return {field: row.get(field) for field in fields}
 
 
+def _read_columns(node: JoinNode) -> list[str]:
+    """What a node's rows are read for: its fields and the join columns it holds (its own, as a child,
+    and those naming its parents)."""
+    own = [node.join_column] if isinstance(node, ChildJoin) and node.join_column else []
+    return sorted({*node.fields, *own, *(parent.join_column for parent in node.parents.values() if parent.join_column)})
+
+
 def build(view: NestedView, root_ids: Iterable[str], state: FlatState) -> dict[str, Row | None]:
     """Each root's document (None if the root row is absent), with `tl_refs`, from the flat state.
     Reads level by level: one read per join for all roots together."""
     ids = sorted(set(root_ids))
-    roots = state.rows(view.root, ids)
+    roots = state.rows(view.root, ids, _read_columns(view))
     built = _attach(view, view.root, roots, state)
     return {row_id: _finish(*built[row_id]) if row_id in built else None for row_id in ids}
 
@@ -159,7 +166,7 @@ def _attach(node: JoinNode, table: str, rows: dict[str, Row], state: FlatState) 
     built = {rid: (_fields(row, node.fields), {ref(table, rid)}) for rid, row in rows.items()}
     for name, parent in node.parents.items():
         wanted = {rid: _join_value(row, parent.join_column) for rid, row in rows.items()}
-        found = state.rows(parent.table, sorted({v for v in wanted.values() if v is not None}))
+        found = state.rows(parent.table, sorted({v for v in wanted.values() if v is not None}), _read_columns(parent))
         parents = _attach(parent, parent.table, found, state)
         for rid, value in wanted.items():
             doc, refs = built[rid]
@@ -168,7 +175,7 @@ def _attach(node: JoinNode, table: str, rows: dict[str, Row], state: FlatState) 
                 refs.add(ref(parent.table, value))  # found or not: a late parent row finds this document
                 refs |= parents[value][1] if value in parents else set()
     for name, child in getattr(node, "children", {}).items():
-        found = state.referring(child.table, child.join_column, sorted(rows)) if rows else {}
+        found = state.referring(child.table, child.join_column, sorted(rows), _read_columns(child)) if rows else {}
         children = _attach(child, child.table, found, state)
         for rid in rows:
             built[rid][0][name] = []
@@ -225,16 +232,16 @@ class SearchState:
         self.es = es
         self.target = target
 
-    def rows(self, table: str, row_ids: list[str]) -> dict[str, Row]:
+    def rows(self, table: str, row_ids: list[str], columns: list[str]) -> dict[str, Row]:
         if not row_ids:
             return {}
-        hits = self.es.mget(index=self.target(table), ids=row_ids)["docs"]
-        return {hit["_id"]: stored.source for hit in hits if (stored := Stored.of(hit))}
+        hits = self.es.mget(index=self.target(table), ids=row_ids, source_includes=columns)["docs"]
+        return {hit["_id"]: hit.get("_source") or {} for hit in hits if Stored.of(hit)}
 
-    def referring(self, table: str, column: str, values: list[str]) -> dict[str, Row]:
+    def referring(self, table: str, column: str, values: list[str], columns: list[str]) -> dict[str, Row]:
         found = {}
         for start in range(0, len(values), MAX_TERMS):
-            query = {"query": {"terms": {column: values[start:start + MAX_TERMS]}}}
+            query = {"query": {"terms": {column: values[start:start + MAX_TERMS]}}, "_source": columns}
             found |= {hit["_id"]: hit["_source"] for hit in helpers.scan(self.es, index=self.target(table), query=query)}
         return found
 
