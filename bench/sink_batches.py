@@ -1,8 +1,8 @@
 """Spark jobs, stages and time per micro-batch of one sink's query, without Kafka.
 
-Synthetic Debezium records (the layout of tests/unit/fixtures/debezium_records.json: Connect's JSON
-with its schema, which both the JVM decoder and main's Python decoder read) are built in Spark SQL for
-the four demo tables and handed to the sink the way the query's foreachBatch does. Each batch runs in
+Synthetic Debezium records (the layout of tests/unit/fixtures/debezium_records.json; without Connect's
+schema, as the pipeline's connector writes them, or with it for main's Python decoder, which needs it)
+are built in Spark SQL for the four demo tables and handed to the sink the way the query's foreachBatch does. Each batch runs in
 a job group; the status tracker lists its jobs and their stages. At the end it prints the CPU time
 the local Python workers used (their processes, read from /proc). Search and cache write to the
 stores of TIDE_JOB_ELASTICSEARCH_URL / TIDE_JOB_REDIS_URL (e.g. a stack's, `tide up`);
@@ -70,15 +70,17 @@ def records(spark, table: str, first_key: int, count: int, op: str, major: int, 
                              stamp.alias("updated_at")),
     }[table]
     keys = F.struct(F.col("k").alias("order_id"), F.lit(1).alias("line_no")) if table == "order_items" else F.struct(F.col("k").alias("id"))
-    lsn = F.lit(major * 10_000_000) + F.col("n")
+    lsn = F.lit(major * 100_000) + F.col("n")  # below 2^53 (Redis Lua compares exactly up to there)
     sequence = F.to_json(F.array(F.lit(None).cast("string") if op == "r" else F.lit(str(major)), lsn.cast("string")))
     source = F.struct(F.lit(table).alias("table"), lsn.alias("lsn"), sequence.alias("sequence"),
                       F.lit("true" if op == "r" else "false").alias("snapshot"), F.lit(1_763_794_532_386).alias("ts_ms"),
                       F.lit(1).alias("txId"))
     payload = F.struct(F.lit(None).alias("before"), (F.lit(None) if op == "d" else after).alias("after"), source.alias("source"),
                        F.lit(op).alias("op"))
-    value = F.concat(F.lit('{"schema":' + value_schema + ',"payload":'), F.to_json(payload), F.lit("}"))
-    key_json = F.concat(F.lit('{"schema":' + key_schema + ',"payload":'), F.to_json(keys), F.lit("}"))
+    value, key_json = F.to_json(payload), F.to_json(keys)
+    if not _new_tree():  # main's Python decoder reads Connect's schema; this tree's records have none
+        value = F.concat(F.lit('{"schema":' + value_schema + ',"payload":'), value, F.lit("}"))
+        key_json = F.concat(F.lit('{"schema":' + key_schema + ',"payload":'), key_json, F.lit("}"))
     return rows.select(F.lit(f"tideline.public.{table}").alias("topic"), (F.col("k") % 3).cast("int").alias("partition"),
                        F.col("n").alias("offset"), key_json.cast("binary").alias("key"), value.cast("binary").alias("value"))
 
@@ -216,11 +218,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tideline-bench-delta-") as warehouse:
         runner = Runner(spark, args.sink, warehouse, properties)
         if args.mode == "jobs":
+            # Versions above any earlier run's (100 per second), so a search or cache store kept between
+            # runs applies every change instead of ignoring them as older than what it holds.
+            run_base = (int(time.time()) - 1_700_000_000) * 100
             # Batch 0 inserts (snapshot), the others update the same keys and insert/delete a few.
             for batch_id in range(args.batches):
                 op = "r" if batch_id == 0 else "u"
                 tables = ["customers", "products", "orders"] if args.sink == "analytics" else list(SHARES)
-                kafka = batch_records(spark, args.rows, op, 100 + batch_id * 10, None, tables).persist()
+                kafka = batch_records(spark, args.rows, op, run_base + batch_id * 10, None, tables).persist()
                 kafka.count()
                 print(json.dumps(measure(spark, runner, kafka, batch_id, args.rows)), flush=True)
                 kafka.unpersist()
