@@ -69,11 +69,12 @@ def test_a_stop_signal_ends_a_probe_under_way(settings, monkeypatch):
     """A probe of a service that is shutting down can wait long (Kafka's client: 30 s to bootstrap)."""
     monkeypatch.setitem(runner.SERVE_PROBE_S, True, 0.1)
     calls: list[float] = []
+    released = threading.Event()  # set once serve has returned, so the hung probe's thread ends then
 
     def probe(s: StackSettings) -> str:
         calls.append(time.monotonic())
         if len(calls) > 1:
-            time.sleep(60)  # the probe under test hangs (a client bootstrapping against a dying service)
+            released.wait(60)  # the probe under test hangs (a client bootstrapping against a dying service)
         return "fine"
 
     def container_stops() -> None:
@@ -83,6 +84,7 @@ def test_a_stop_signal_ends_a_probe_under_way(settings, monkeypatch):
     stopper = threading.Thread(target=container_stops)
     stopper.start()
     code = runner.serve(settings, _service(probe=probe))
+    released.set()
     stopper.join()
     assert code == 128 + signal.SIGTERM
     assert time.monotonic() - calls[-1] < 10, "serve waited for the probe instead of the service"
