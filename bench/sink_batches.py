@@ -11,12 +11,18 @@ BENCH_NO_NESTED=1 leaves the nested views out of the pipeline (the search sink's
 - this tree (`spark_jobs.sinks.delta.warehouse` exists): decode_stream → newest_per_row (persisted, as
   the pipeline does for a sink that is not SINGLE_PASS) → `sink.write(Batch)` → a count of the
   returned rejects, standing in for the pipeline's dead-letter write (one job either way);
+- with TIDE_JOB_KAFKA_BOOTSTRAP set: the query's own foreachBatch body (`BatchWriter._apply`: coalesced
+  records, a single pass where the sink allows, dead letters written to that Kafka), the catalogue
+  fixed to the demo's;
 - main's tree: main's `BatchWriter("warehouse" | "analytics", ...)` itself, which decodes in Python.
 
 Usage (PYTHONPATH = the tree to measure):
     python bench/sink_batches.py jobs --sink warehouse|analytics|search|cache --batches 4 --rows 2000
     python bench/sink_batches.py load --seed 1000000 --batch 50000 --batches 3 [--property k=v ...]
-Prints one JSON line per batch: rows, seconds, jobs, stages (run and skipped), load average.
+Prints one JSON line per batch: rows, seconds, jobs, stages (run and skipped), load average, the
+seconds Catalyst's rules took (analysis and optimisation), Janino compilations and their seconds;
+BENCH_STAGES=1 adds each stage's tasks, wall, run and CPU milliseconds, BENCH_RULES=1 prints the time
+per rule to stderr.
 """
 
 from __future__ import annotations
@@ -132,6 +138,20 @@ class Runner:
             self.writer = BatchWriter(sink_name, settings, pipeline)
             self.writer.sink.setup(pipeline)
 
+    def _through_pipeline(self, kafka, batch_id: int) -> None:
+        """The query's own foreachBatch body (coalesce, single pass, dead letters written to Kafka)."""
+        from spark_jobs.pipeline import BatchWriter
+        from spark_jobs.settings import JobSettings
+
+        class Fixed:  # the catalogue without PostgreSQL
+            def __init__(self, catalogue) -> None:
+                self.catalogue = catalogue
+
+            def current(self):
+                return self.catalogue
+
+        BatchWriter(self.sink, JobSettings(), Fixed(self.catalogue))._apply(kafka, batch_id)
+
     def _tables_properties(self, properties: dict[str, str]) -> None:
         from spark_jobs.sinks.delta import _tables
 
@@ -140,6 +160,9 @@ class Runner:
     def apply(self, kafka, batch_id: int) -> None:
         if not self.new:
             self.writer(kafka, batch_id)
+            return
+        if os.environ.get("TIDE_JOB_KAFKA_BOOTSTRAP"):
+            self._through_pipeline(kafka, batch_id)
             return
         from pyspark.sql import functions as F
 
@@ -166,6 +189,10 @@ def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
     sc = spark.sparkContext
     group = f"bench-{batch_id}-{time.monotonic_ns()}"
     sc.setJobGroup(group, "bench batch")
+    rules = spark._jvm.org.apache.spark.sql.catalyst.rules.RuleExecutor
+    codegen = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    rules.resetMetrics()
+    compiled_before = _compiled(codegen)
     started = time.monotonic()
     runner.apply(kafka, batch_id)
     seconds = time.monotonic() - started
@@ -182,6 +209,15 @@ def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
             ran.add(stage)
     found = {"batch": batch_id, "rows": rows, "seconds": round(seconds, 2), "jobs": len(jobs), "stages": len(stages),
              "stages_run": len(ran), "load": os.getloadavg()}
+    compiled = _compiled(codegen)
+    # Catalyst's rules (analysis and optimisation, every plan of the batch) and Janino's compilations.
+    found["rules_s"] = _rule_seconds(rules)
+    found["compiled"] = compiled[0] - compiled_before[0]
+    found["compile_s"] = round((compiled[1] - compiled_before[1]) / 1e3, 3)
+    if os.environ.get("BENCH_STAGES"):
+        found["stage_ms"] = _stage_times(spark, sorted(stages))
+    if os.environ.get("BENCH_RULES"):
+        print(rules.dumpTimeSpent(), file=sys.stderr)
     if os.environ.get("BENCH_DETAIL"):
         names = {}
         for job in sorted(jobs):
@@ -191,6 +227,38 @@ def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
             names[name] = names.get(name, 0) + 1
         found["by_callsite"] = names
     return found
+
+
+def _compiled(codegen) -> tuple[int, float]:
+    """Janino compilations so far and their total milliseconds (CodegenMetrics' histogram)."""
+    histogram = codegen.METRIC_COMPILATION_TIME()
+    snapshot = histogram.getSnapshot()
+    return histogram.getCount(), snapshot.getMean() * histogram.getCount()
+
+
+def _stage_times(spark, stage_ids: list[int]) -> list[dict]:
+    """Per stage of the batch: tasks, wall ms from submission to completion, and its tasks' summed run and CPU ms."""
+    store = spark.sparkContext._jsc.sc().statusStore()
+    found = []
+    for stage in stage_ids:
+        try:
+            data = store.lastStageAttempt(stage)
+        except Exception:  # a skipped stage has no attempt
+            continue
+        if data.submissionTime().isEmpty() or data.completionTime().isEmpty():
+            continue
+        wall = data.completionTime().get().getTime() - data.submissionTime().get().getTime()
+        found.append({"stage": stage, "tasks": data.numTasks(), "wall": wall, "run": data.executorRunTime(),
+                      "cpu": round(data.executorCpuTime() / 1e6), "name": data.name()[:40]})
+    return found
+
+
+def _rule_seconds(rules) -> float:
+    """Seconds Catalyst's rule executors spent since the last reset (from dumpTimeSpent's header)."""
+    import re
+
+    found = re.search(r"Total time: ([0-9.]+) seconds", rules.dumpTimeSpent())
+    return float(found.group(1)) if found else -1.0
 
 
 def main() -> None:
