@@ -193,9 +193,12 @@ def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
     codegen = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
     rules.resetMetrics()
     compiled_before = _compiled(codegen)
+    jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
+    cpu_before = _process_cpu(jvm), _process_cpu(os.getpid())
     started = time.monotonic()
     runner.apply(kafka, batch_id)
     seconds = time.monotonic() - started
+    cpu_after = _process_cpu(jvm), _process_cpu(os.getpid())
     tracker = sc.statusTracker()
     jobs = tracker.getJobIdsForGroup(group)
     stages, ran = set(), set()
@@ -210,6 +213,8 @@ def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
     found = {"batch": batch_id, "rows": rows, "seconds": round(seconds, 2), "jobs": len(jobs), "stages": len(stages),
              "stages_run": len(ran), "load": os.getloadavg()}
     compiled = _compiled(codegen)
+    found["jvm_cpu_s"] = round(cpu_after[0] - cpu_before[0], 2)
+    found["driver_python_cpu_s"] = round(cpu_after[1] - cpu_before[1], 2)
     # Catalyst's rules (analysis and optimisation, every plan of the batch) and Janino's compilations.
     found["rules_s"] = _rule_seconds(rules)
     found["compiled"] = compiled[0] - compiled_before[0]
@@ -227,6 +232,12 @@ def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
             names[name] = names.get(name, 0) + 1
         found["by_callsite"] = names
     return found
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _compiled(codegen) -> tuple[int, float]:
@@ -282,6 +293,10 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     for item in args.conf:
         spark.conf.set(*item.split("=", 1))
+    if os.environ.get("BENCH_CODEGEN_LOG"):  # every generated class's source, to stderr (to find code compiled per batch)
+        jvm = spark._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator", jvm.org.apache.logging.log4j.Level.DEBUG)
     properties = dict(item.split("=", 1) for item in args.property)
     with tempfile.TemporaryDirectory(prefix="tideline-bench-delta-") as warehouse:
         runner = Runner(spark, args.sink, warehouse, properties)

@@ -15,6 +15,8 @@ from pyspark.sql import SparkSession
 
 # The scheduler pools' weights and minimum shares, one pool per sink's query.
 POOLS = Path(__file__).with_name("pools.xml")
+# Generated classes kept compiled (Spark's default is 100); a few tens of KB of bytecode each.
+CODEGEN_CACHE_ENTRIES = 2000
 
 
 def jar_files(jar_dir: Path) -> list[str]:
@@ -57,6 +59,11 @@ def build_session(
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.scheduler.allocation.file", str(POOLS))
         .config("spark.sql.session.timeZone", "UTC")
+        # Generated code is cached by its text, 100 classes by default. A warehouse batch generates about
+        # 200 classes and an analytics batch about 500, so they evicted each other (and search's and
+        # cache's) and every batch compiled them all again: measured 211 and 528 compilations per
+        # warehouse and analytics batch, 0 and 2 with this cache (docs/apply.md, "Fixed cost per batch").
+        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
     )
     if master:
         builder = builder.master(master)
