@@ -27,8 +27,9 @@ def main() -> None:
         print(exc, file=sys.stderr)  # one line, the last of the log `tide jobs start` quotes
         sys.exit(keep_alive.CONFIG_REFUSED)
     spark = build_session("tideline-apply", settings.jars_dir, master=settings.master, driver_memory=settings.driver_memory)
-    keep_alive.exit_with_the_jvm(spark)
-    supervise(spark, settings, pipeline)
+    jvm = keep_alive.launched_jvm(spark)
+    keep_alive.exit_with_the_jvm(jvm)
+    keep_alive.run_until_the_jvm_ends(jvm, lambda: supervise(spark, settings, pipeline))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from spark_jobs.backoff import Backoff
@@ -34,6 +35,8 @@ CONFIG_REFUSED = 78
 # The driver's exit status when its JVM died under it (sysexits' EX_SOFTWARE): restarted.
 JVM_DIED = 70
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# How long a failed driver loop waits to see whether the JVM ended (its sockets close as it exits).
+JVM_EXIT_WAIT_S = 5.0
 
 
 def restarts_after(status: int, stopping: bool) -> bool:
@@ -78,21 +81,42 @@ def run(argv: list[str], backoff: Backoff | None = None) -> int:
             return 0
 
 
-def exit_with_the_jvm(spark: SparkSession) -> None:
+def launched_jvm(spark: SparkSession) -> subprocess.Popen | None:
+    """The JVM this Python process launched, None under spark-submit (a cluster: the JVM started Python)."""
+    return getattr(spark.sparkContext._gateway, "proc", None)
+
+
+def exit_with_the_jvm(jvm: subprocess.Popen | None) -> None:
     """End this driver process at once when the JVM it launched ends. Measured: a driver whose JVM was
     killed mid-batch stayed alive for minutes, its main thread blocked on a logging lock while py4j
     tore its connections down, so the keep-alive never started it again. `os._exit` waits for no lock
     and no thread. Under spark-submit (a cluster) the JVM started Python, not the reverse: no watch."""
-    jvm = getattr(spark.sparkContext._gateway, "proc", None)
     if jvm is None:
         return
+    threading.Thread(target=lambda: _exit_as_dead(jvm.wait()), name="jvm-watch", daemon=True).start()
 
-    def watch() -> None:
-        status = jvm.wait()
-        os.write(2, f"the driver's JVM ended with status {status}; the driver exits\n".encode())
-        os._exit(JVM_DIED)
 
-    threading.Thread(target=watch, name="jvm-watch", daemon=True).start()
+def run_until_the_jvm_ends(jvm: subprocess.Popen | None, work: Callable[[], None]) -> None:
+    """Run `work` (the driver's loop). If it fails and the JVM has ended, end this process at once.
+    Returning the error instead starts Python's own exit, which froze the watch thread above before it
+    could exit and then waited forever for a logging lock a frozen py4j thread held (seen in CI: the
+    JVM killed, its driver hung, nothing restarted it)."""
+    try:
+        work()
+    except BaseException:
+        if jvm is not None:
+            try:
+                status = jvm.wait(timeout=JVM_EXIT_WAIT_S)
+            except subprocess.TimeoutExpired:
+                status = None  # the JVM lives: the failure is the driver's own, reported as usual
+            if status is not None:
+                _exit_as_dead(status)
+        raise
+
+
+def _exit_as_dead(status: int) -> None:
+    os.write(2, f"the driver's JVM ended with status {status}; the driver exits\n".encode())
+    os._exit(JVM_DIED)
 
 
 def main() -> None:
@@ -100,4 +124,5 @@ def main() -> None:
     sys.exit(run([sys.executable, "-m", "spark_jobs"]))
 
 
-__all__ = ["CONFIG_REFUSED", "JVM_DIED", "exit_with_the_jvm", "restarts_after", "run"]
+__all__ = ["CONFIG_REFUSED", "JVM_DIED", "exit_with_the_jvm", "launched_jvm", "restarts_after", "run",
+           "run_until_the_jvm_ends"]

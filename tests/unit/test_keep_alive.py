@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from spark_jobs.backoff import Backoff
 from spark_jobs.keep_alive import CONFIG_REFUSED, JVM_DIED, restarts_after, run
 from tests.waiting import wait_until
@@ -89,9 +91,9 @@ def test_a_driver_whose_jvm_is_killed_exits_even_with_its_main_thread_stuck(tmp_
     driver = (
         f"import sys, threading; sys.path.insert(0, {os.getcwd()!r})\n"
         "from pyspark.sql import SparkSession\n"
-        "from spark_jobs.keep_alive import exit_with_the_jvm\n"
+        "from spark_jobs.keep_alive import exit_with_the_jvm, launched_jvm\n"
         "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
-        "exit_with_the_jvm(spark)\n"
+        "exit_with_the_jvm(launched_jvm(spark))\n"
         f"open({str(jvm_pid)!r}, 'w').write(str(spark.sparkContext._gateway.proc.pid))\n"
         "stuck = threading.Lock(); stuck.acquire(); stuck.acquire()\n"
     )
@@ -102,3 +104,59 @@ def test_a_driver_whose_jvm_is_killed_exits_even_with_its_main_thread_stuck(tmp_
         assert child.wait(timeout=60) == JVM_DIED
     finally:
         child.kill()
+
+
+# A driver whose loop fails because its JVM died: a daemon thread holds the logging lock (as a py4j thread
+# frozen mid-log by Python's exit does), so an ordinary exit (atexit's logging.shutdown) would wait forever.
+_DRIVER_WITH_A_HELD_LOG_LOCK = """
+import logging, subprocess, sys, threading, time
+sys.path.insert(0, {root!r})
+from spark_jobs import keep_alive
+logging.basicConfig()
+jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+held = threading.Event()
+def hold():
+    logging.getLogger().handlers[0].acquire()
+    held.set()
+    time.sleep(3600)
+threading.Thread(target=hold, daemon=True).start()
+held.wait()
+def loop():
+    jvm.wait()
+    raise ConnectionError("Answer from Java side is empty")
+{call}
+"""
+
+
+def test_a_driver_loop_failing_because_its_jvm_ended_exits_at_once_whatever_locks_are_held():
+    """The hang CI met: the JVM killed, the driver's loop raised, Python's own exit waited for a lock a
+    frozen py4j thread held, and the keep-alive never started the driver again. The loop's failure now
+    ends the process at once with JVM_DIED. The same script with the bare loop does hang."""
+    script = _DRIVER_WITH_A_HELD_LOG_LOCK.format(root=os.getcwd(), call="keep_alive.run_until_the_jvm_ends(jvm, loop)")
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert finished.returncode == JVM_DIED
+    assert b"the driver's JVM ended with status 0; the driver exits" in finished.stderr
+
+    bare = subprocess.Popen([sys.executable, "-c", _DRIVER_WITH_A_HELD_LOG_LOCK.format(root=os.getcwd(), call="loop()")],
+                            stderr=subprocess.PIPE)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            bare.wait(timeout=5)  # the bare loop's exit hangs in logging.shutdown
+    finally:
+        bare.kill()
+        bare.wait()
+
+
+def test_a_driver_loop_failing_while_its_jvm_lives_raises_its_own_error():
+    """Only a dead JVM ends the process at once: the driver's own errors keep their traceback and status."""
+    import subprocess as sp
+
+    from spark_jobs import keep_alive
+
+    jvm = sp.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(ValueError, match="a bug of the driver"):
+            keep_alive.run_until_the_jvm_ends(jvm, lambda: (_ for _ in ()).throw(ValueError("a bug of the driver")))
+    finally:
+        jvm.kill()
+        jvm.wait()
