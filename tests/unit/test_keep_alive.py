@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from spark_jobs.backoff import Backoff
-from spark_jobs.keep_alive import CONFIG_REFUSED, JVM_DIED, restarts_after, run
+from spark_jobs.keep_alive import CONFIG_REFUSED, JVM_DIED, restarts_after, run, run_until_the_jvm_ends
 from tests.waiting import wait_until
 
 
@@ -109,16 +109,16 @@ def test_a_driver_whose_jvm_is_killed_exits_even_with_its_main_thread_stuck(tmp_
 # A driver whose loop fails because its JVM died: a daemon thread holds the logging lock (as a py4j thread
 # frozen mid-log by Python's exit does), so an ordinary exit (atexit's logging.shutdown) would wait forever.
 _DRIVER_WITH_A_HELD_LOG_LOCK = """
-import logging, subprocess, sys, threading, time
+import logging, subprocess, sys, threading
 sys.path.insert(0, {root!r})
 from spark_jobs import keep_alive
 logging.basicConfig()
-jvm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+jvm = subprocess.Popen([sys.executable, "-c", "pass"])
 held = threading.Event()
 def hold():
     logging.getLogger().handlers[0].acquire()
     held.set()
-    time.sleep(3600)
+    threading.Event().wait()  # holds the lock for good
 threading.Thread(target=hold, daemon=True).start()
 held.wait()
 def loop():
@@ -149,14 +149,13 @@ def test_a_driver_loop_failing_because_its_jvm_ended_exits_at_once_whatever_lock
 
 def test_a_driver_loop_failing_while_its_jvm_lives_raises_its_own_error():
     """Only a dead JVM ends the process at once: the driver's own errors keep their traceback and status."""
-    import subprocess as sp
+    def loop() -> None:
+        raise ValueError("a bug of the driver")
 
-    from spark_jobs import keep_alive
-
-    jvm = sp.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    jvm = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)  # lives until killed
     try:
         with pytest.raises(ValueError, match="a bug of the driver"):
-            keep_alive.run_until_the_jvm_ends(jvm, lambda: (_ for _ in ()).throw(ValueError("a bug of the driver")))
+            run_until_the_jvm_ends(jvm, loop)
     finally:
         jvm.kill()
         jvm.wait()
