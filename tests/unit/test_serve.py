@@ -1,5 +1,6 @@
 """`tide serve`: one service in the foreground as a container runs it, and the health check that reads its
-probe (docker/healthy.sh). A stand-in service (a Python sleep) so no real server is needed."""
+probe (docker/healthy.sh). A stand-in service (a Python process that exits when told) so no real
+server is needed."""
 
 from __future__ import annotations
 
@@ -22,12 +23,21 @@ from tests.waiting import wait_until
 HEALTHY_SH = PROJECT_ROOT / "docker" / "healthy.sh"
 
 
-def _service(probe, on_ready=lambda settings: None, seconds: float = 60) -> Service:
+# The stand-in service: runs until the file named by its argument exists (or a minute passed, so a test
+# that fails never leaves it behind), then exits 0.
+STAND_IN = """
+import os, sys, time
+deadline = time.monotonic() + 60
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.05)  # poll
+"""
+
+
+def _service(probe, on_ready=lambda settings: None, exit_when: Path | None = None) -> Service:
     return Service(
         name="sleeper",
         port_fields=(),
-        # The stand-in service itself: a process that lives `seconds` and exits 0 (not synchronisation).
-        command=lambda settings: [sys.executable, "-c", f"import time; time.sleep({seconds})"],
+        command=lambda settings: [sys.executable, "-c", STAND_IN, str(exit_when or settings.state_dir / "never")],
         probe=probe,
         on_ready=on_ready,
     )
@@ -91,10 +101,16 @@ def test_a_stop_signal_ends_a_probe_under_way(settings, monkeypatch):
 
 
 def test_serve_keeps_no_record_while_the_probe_fails_and_returns_the_exit_code(settings):
+    exit_now = settings.state_dir / "exit-now"
+    failures: list[str] = []
+
     def probe(s: StackSettings) -> str:
+        failures.append("not yet")
+        if len(failures) == 2:
+            exit_now.touch()  # the service exits after two failed probes
         raise Unhealthy("not yet")
 
-    service = _service(probe=probe, seconds=1.5)
+    service = _service(probe=probe, exit_when=exit_now)
     assert runner.serve(settings, service) == 0
     assert not runner.health_file(settings, service).exists()
 
