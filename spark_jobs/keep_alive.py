@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_jobs.backoff import Backoff
@@ -52,33 +53,85 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+@dataclass(frozen=True)
+class Child:
+    """One driver process the keep-alive runs: its command, its environment on top of this process's,
+    and its CPU priority (a nice value; higher is lower priority)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    nice: int = 0
+
+
+@dataclass
+class _Running:
+    child: Child
+    backoff: Backoff
+    process: subprocess.Popen | None = None
+    began: float = 0.0
+    start_at: float = 0.0
+    final: int | None = None  # its last exit status once it is not to be started again
+
+
 def run(argv: list[str], backoff: Backoff | None = None) -> int:
     """Run `argv` until it exits cleanly, its configuration is refused, or this process is told to stop."""
-    backoff = backoff or Backoff(healthy_after_s=60.0)  # a driver that ran a minute was healthy
+    return run_all([Child(argv)], lambda: backoff or Backoff(healthy_after_s=60.0))
+
+
+def run_all(children: list[Child], backoff: Callable[[], Backoff] | None = None) -> int:
+    """Run every child, each started again on its own when it dies, until each has exited cleanly or had
+    its configuration refused, or this process is told to stop (passed to every child). Returns 0, or
+    the first child's final status that was not 0."""
+    fresh = backoff or (lambda: Backoff(healthy_after_s=60.0))  # a driver that ran a minute was healthy
+    running = [_Running(child, fresh()) for child in children]
     stopping = False
-    child: subprocess.Popen | None = None
 
     def stop(signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = True
-        if child is not None and child.poll() is None:
-            child.send_signal(signum)
+        for each in running:
+            if each.process is not None and each.process.poll() is None:
+                each.process.send_signal(signum)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    while True:
-        began = time.monotonic()
-        child = subprocess.Popen(argv, preexec_fn=_die_with_parent)
-        status = child.wait()
-        if not restarts_after(status, stopping):
-            return 0 if stopping else status
-        wait = backoff.after(time.monotonic() - began)
-        log.error("the driver exited with status %s; starting it again in %.0fs", status, wait)
-        deadline = time.monotonic() + wait
-        while not stopping and time.monotonic() < deadline:
-            time.sleep(0.2)  # back-off, cut short by a stop
+    while any(each.final is None for each in running):
+        for each in running:
+            _step(each, stopping)
+        time.sleep(0.2)  # poll: children exit and back-offs end on their own clocks
+    return 0 if stopping else next((each.final for each in running if each.final), 0)
+
+
+def _step(each: _Running, stopping: bool) -> None:
+    """Start `each` when due, or note its exit: to be started again after its back-off, or final."""
+    now = time.monotonic()
+    if each.final is not None:
+        return
+    if each.process is None:
         if stopping:
-            return 0
+            each.final = 0
+        elif now >= each.start_at:
+            each.process = _start(each.child)
+            each.began = now
+        return
+    status = each.process.poll()
+    if status is None:
+        return
+    each.process = None
+    if not restarts_after(status, stopping):
+        each.final = 0 if stopping else status
+        return
+    wait = each.backoff.after(now - each.began)
+    log.error("the driver %s exited with status %s; starting it again in %.0fs", each.child.argv, status, wait)
+    each.start_at = now + wait
+
+
+def _start(child: Child) -> subprocess.Popen:
+    def prepare() -> None:
+        _die_with_parent()
+        os.nice(child.nice)
+
+    return subprocess.Popen(child.argv, env={**os.environ, **child.env}, preexec_fn=prepare)
 
 
 def launched_jvm(spark: SparkSession) -> subprocess.Popen | None:
@@ -119,10 +172,10 @@ def _exit_as_dead(status: int) -> None:
     os._exit(JVM_DIED)
 
 
-def main() -> None:
+def main(children: list[Child]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    sys.exit(run([sys.executable, "-m", "spark_jobs"]))
+    sys.exit(run_all(children))
 
 
-__all__ = ["CONFIG_REFUSED", "JVM_DIED", "exit_with_the_jvm", "launched_jvm", "restarts_after", "run",
+__all__ = ["CONFIG_REFUSED", "JVM_DIED", "Child", "run_all", "exit_with_the_jvm", "launched_jvm", "restarts_after", "run",
            "run_until_the_jvm_ends"]

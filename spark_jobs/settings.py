@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from spark_jobs.config import DEFAULT_PATH
@@ -64,9 +64,27 @@ class JobSettings(BaseSettings):
     # (persisted) while Delta reads history tables. 1g died of OutOfMemoryError in the drain benchmark.
     driver_memory: str = "2g"
     es_bulk_size: int = Field(default=1000, ge=1)
+    # Locally (`python -m spark_jobs --keep-alive`), the Delta queries run in a driver of their own at
+    # this nice value, so search and cache get the CPU first (spark_jobs/drivers.py); unset: one driver.
+    delta_driver_nice: int | None = Field(default=10, ge=0, le=19)
+
+    @field_validator("delta_driver_nice", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
 
     def require_postgres_conninfo(self) -> str:
         if self.postgres_conninfo is None:
             raise ValueError("TIDE_JOB_POSTGRES_CONNINFO is not set: the jobs read column types from PostgreSQL's "
                              "catalogue; `tide jobs start` sets it from the stack's settings (the CDC role)")
         return self.postgres_conninfo.get_secret_value()
+
+
+def read_settings() -> JobSettings:
+    """The job settings from the environment; a bad one is a one-line ValueError naming its variable."""
+    try:
+        return JobSettings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"invalid setting TIDE_JOB_{field.upper()}: {first['msg']}") from None

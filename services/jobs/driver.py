@@ -14,9 +14,9 @@ from services.settings import StackSettings
 from services.stack import elasticsearch, jars, postgres
 from services.stack.service import Service, StackError, Unhealthy
 from spark_jobs import catalogue
-from spark_jobs import config
+from spark_jobs import config, drivers
 from spark_jobs.config import load
-from spark_jobs.settings import JobSettings
+from spark_jobs.settings import SINKS, JobSettings
 
 STATUS_STALE_S = 30.0
 
@@ -71,20 +71,46 @@ def reload_file(settings: StackSettings) -> Path:
 
 
 def read_status(settings: StackSettings) -> dict | None:
-    try:
-        return json.loads(status_file(settings).read_text())
-    except (FileNotFoundError, ValueError):
+    """The drivers' reports as one (locally the Delta queries have a driver of their own:
+    spark_jobs/drivers.py); None before any has reported."""
+    reports = []
+    for path in drivers.status_files(status_file(settings)):
+        try:
+            reports.append(json.loads(path.read_text()))
+        except (FileNotFoundError, ValueError):
+            continue
+    return merge_reports(reports)
+
+
+def merge_reports(reports: list[dict]) -> dict | None:
+    """Several drivers' reports as one: every query with when its driver reported it, written when the
+    oldest was (how stale the whole is), and a reload request handled once every driver handled it,
+    with any driver's refusal."""
+    if not reports:
         return None
+    requests = {(report.get("reload") or {}).get("request") for report in reports}
+    errors = [error for report in reports if (error := (report.get("reload") or {}).get("error"))]
+    queries = {sink: {**query, "reported_at_ms": report.get("written_at_ms", 0)}
+               for report in reports for sink, query in report["queries"].items()}
+    return {
+        "written_at_ms": min(report.get("written_at_ms", 0) for report in reports),
+        "queries": dict(sorted(queries.items(), key=lambda item: SINKS.index(item[0]) if item[0] in SINKS else len(SINKS))),
+        "reload": {"request": requests.pop() if len(requests) == 1 else None, "error": "; ".join(errors) or None},
+    }
 
 
 def probe(settings: StackSettings) -> str:
-    """Healthy once the driver reports every query active, recently."""
+    """Healthy once the drivers report every query active, recently."""
     status = read_status(settings)
     if status is None:
         raise Unhealthy("driver has not reported yet")
     age = time.time() - status["written_at_ms"] / 1000
     if age > STATUS_STALE_S:
         raise Unhealthy(f"driver status is {age:.0f}s old")
+    pipeline = load(settings.pipeline_file)
+    unreported = [sink for sink in SINKS if pipeline.sink_tables(sink) and sink not in status["queries"]]
+    if unreported:
+        raise Unhealthy(f"no driver reports the {', '.join(unreported)} queries yet")
     # A query an operator paused (`tide jobs pause`) is stopped on purpose, not unhealthy.
     inactive = [sink for sink, query in status["queries"].items() if not query["active"] and not query.get("paused")]
     if inactive:
@@ -109,7 +135,8 @@ def check_schema(settings: StackSettings) -> None:
 
 
 def prepare(settings: StackSettings) -> None:
-    status_file(settings).unlink(missing_ok=True)  # a new driver must report afresh
+    for path in drivers.status_files(status_file(settings)):
+        path.unlink(missing_ok=True)  # a new driver must report afresh
     check_schema(settings)
     jars.ensure(settings, "spark")
 

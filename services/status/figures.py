@@ -110,9 +110,13 @@ def age_s(now_ms: int, commit_ms: int | None) -> float | None:
 
 def query_state(report: dict[str, Any] | None, sink: str, now_ms: int) -> tuple[str, str | None]:
     """(state, last error) of a sink's query from the driver's report (status.json)."""
-    if report is None or (now_ms - report.get("written_at_ms", 0)) / 1000 > REPORT_STALE_S:
+    if report is None:
         return "unknown", "the jobs driver is not reporting (`tide jobs start`)"
     query = report.get("queries", {}).get(sink)
+    # Each driver reports its own queries (locally the Delta queries have a driver of their own).
+    reported_at_ms = (query or {}).get("reported_at_ms", report.get("written_at_ms", 0))
+    if (now_ms - reported_at_ms) / 1000 > REPORT_STALE_S:
+        return "unknown", "the jobs driver is not reporting (`tide jobs start`)"
     if query is None:
         return "unknown", "the driver runs no query for this sink"
     if query.get("paused"):

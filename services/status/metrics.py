@@ -87,7 +87,7 @@ def _source_metrics(status: Status) -> Iterator[GaugeMetricFamily]:
     warnings.add_metric([], len(source.warnings))
     yield warnings
     if status.driver_report_age_s is not None:
-        report = _gauge("driver_report_age_seconds", "Age of the jobs driver's last report (status.json)", [])
+        report = _gauge("driver_report_age_seconds", "Age of the oldest jobs driver's last report (status.*.json)", [])
         report.add_metric([], status.driver_report_age_s)
         yield report
     problems = _gauge("status_problems", "Systems the status could not read (see GET /status)", [])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import psycopg
 import pytest
 
+from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import process
 from services.up import lifecycle
@@ -249,7 +250,7 @@ def test_tables_remove_stops_capturing_a_table_while_the_workload_writes_and_the
         wrote = writer.finish()
     record_property("tables_remove_output", removed)
     assert wrote > 0 and "memberships no longer captured" in removed
-    status = json.loads((own.settings.state_dir / "jobs" / "status.json").read_text())
+    status = driver.read_status(own.settings)
     assert all("memberships" not in query["tables"] for query in status["queries"].values())
     output = own.verified()
     assert "memberships" not in output and "accounts → cache" in output and "notes → cache" in output

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from spark_jobs.backoff import Backoff
-from spark_jobs.keep_alive import CONFIG_REFUSED, JVM_DIED, restarts_after, run, run_until_the_jvm_ends
+from spark_jobs.keep_alive import CONFIG_REFUSED, JVM_DIED, Child, restarts_after, run, run_all, run_until_the_jvm_ends
 from tests.waiting import wait_until
 
 
@@ -159,3 +159,29 @@ def test_a_driver_loop_failing_while_its_jvm_lives_raises_its_own_error():
     finally:
         jvm.kill()
         jvm.wait()
+
+
+def test_each_child_runs_at_its_priority_and_is_started_again_on_its_own(tmp_path):
+    """Two drivers: one dies once and is started again while the other runs on, each at its nice value."""
+    def child(name: str, deaths: int) -> Child:
+        starts = tmp_path / f"{name}.starts"
+        script = (
+            "import os, sys; from pathlib import Path\n"
+            f"p = Path({str(starts)!r}); n = int(p.read_text()) + 1 if p.exists() else 1; p.write_text(str(n))\n"
+            f"Path({str(tmp_path / name)!r} + '.nice').write_text(str(os.nice(0)) + ' ' + os.environ['GROUP'])\n"
+            f"sys.exit(1 if n <= {deaths} else 0)\n"
+        )
+        return Child([sys.executable, "-c", script], env={"GROUP": name}, nice=7 if name == "delta" else 0)
+
+    base = os.nice(0)
+    assert run_all([child("shipping", 0), child("delta", 1)], lambda: Backoff(first_s=0.01, max_s=0.01)) == 0
+    assert (tmp_path / "shipping.starts").read_text() == "1"
+    assert (tmp_path / "delta.starts").read_text() == "2"
+    assert (tmp_path / "shipping.nice").read_text() == f"{base} shipping"
+    assert (tmp_path / "delta.nice").read_text() == f"{min(base + 7, 19)} delta"
+
+
+def test_one_child_refused_ends_the_loop_with_its_status_once_the_others_end(tmp_path):
+    refused = Child([sys.executable, "-c", f"import sys; sys.exit({CONFIG_REFUSED})"])
+    clean = Child([sys.executable, "-c", "pass"])
+    assert run_all([clean, refused], lambda: Backoff(first_s=0.01)) == CONFIG_REFUSED

@@ -65,6 +65,11 @@ def test_query_state_comes_from_a_fresh_driver_report():
     assert query_state(report, "warehouse", NOW) == ("stopped", "Delta is down")
     assert query_state(report, "cache", NOW + 60_000)[0] == "unknown"  # a stale report: no driver
     assert query_state(None, "cache", NOW)[0] == "unknown"
+    # Two drivers: one stale report leaves the other driver's queries known.
+    report["queries"]["warehouse"]["reported_at_ms"] = NOW - 60_000
+    report["queries"]["cache"]["reported_at_ms"] = NOW - 1_000
+    assert query_state(report, "warehouse", NOW)[0] == "unknown"
+    assert query_state(report, "cache", NOW) == ("running", None)
 
 
 def test_status_json_carries_each_figure_and_its_age():
