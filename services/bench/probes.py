@@ -42,6 +42,10 @@ def capture_finder(settings: StackSettings, pipeline: PipelineConfig) -> Finder:
     partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
     consumer.assign(partitions)
     consumer.seek_to_end(*partitions)
+    for partition in partitions:
+        # seek_to_end is lazy: resolved at the first poll, it could land after the first marker and miss
+        # it (seen once: a marker every sink showed, never seen in Kafka). Resolve the ends now.
+        consumer.position(partition)
     seen: set[int] = set()
 
     def in_kafka(ids: list[int]) -> set[int]:
