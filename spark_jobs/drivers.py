@@ -2,11 +2,12 @@
 
 On a machine this small the four queries compete for the same cores, and within one JVM nothing can
 put the Delta queries' planning, code generation and tasks behind a search or cache batch: the FAIR
-pools only order tasks, never the driver's own threads. So locally the Delta queries (warehouse,
-analytics) run in a driver process of their own at a lower priority (a nice value), and the kernel
-gives search and cache the CPU first whenever both want it; the Delta queries get what is left, and
-all of it when the others are idle (measured: docs/apply.md, "Two drivers"). Each driver writes its
-own report; `status_files` finds them all for the readers.
+pools only order tasks, never the driver's own threads. So, when `TIDE_JOB_DELTA_DRIVER_NICE` is
+set, the Delta queries (warehouse, analytics) run locally in a driver process of their own at that
+lower priority, and the kernel gives search and cache the CPU first whenever both want it; the Delta
+queries get what is left, and all of it when the others are idle. Not the default: on a saturated
+machine what is left can be nothing for minutes (measured: docs/apply.md, "Two drivers"). Each driver
+writes its own report; `status_files` finds them all for the readers.
 """
 
 from __future__ import annotations

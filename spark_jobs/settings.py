@@ -64,9 +64,10 @@ class JobSettings(BaseSettings):
     # (persisted) while Delta reads history tables. 1g died of OutOfMemoryError in the drain benchmark.
     driver_memory: str = "2g"
     es_bulk_size: int = Field(default=1000, ge=1)
-    # Locally (`python -m spark_jobs --keep-alive`), the Delta queries run in a driver of their own at
-    # this nice value, so search and cache get the CPU first (spark_jobs/drivers.py); unset: one driver.
-    delta_driver_nice: int | None = Field(default=10, ge=0, le=19)
+    # Set: locally (`python -m spark_jobs --keep-alive`) the Delta queries run in a driver of their own
+    # at this nice value, so search and cache get the CPU first (spark_jobs/drivers.py). Unset (the
+    # default): one driver. Measured: on a saturated machine the Delta driver starves (docs/apply.md).
+    delta_driver_nice: int | None = Field(default=None, ge=0, le=19)
 
     @field_validator("delta_driver_nice", mode="before")
     @classmethod

