@@ -14,17 +14,10 @@ from rich.console import Console
 from services.settings import SettingsError, StackSettings
 from services.stack.service import StackError
 from spark_jobs.config import PipelineConfigError
+from spark_jobs.settings import one_line
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)
-
-
-def _one_line(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    field = ".".join(str(part) for part in first["loc"])
-    if not field:  # a check across settings (e.g. TIDE_POSTGRES_URL's parts): its message names them
-        return f"invalid settings: {first['msg'].removeprefix('Value error, ')}"
-    return f"invalid setting TIDE_{field.upper()}: {first['msg']}"
 
 
 @contextmanager
@@ -36,7 +29,7 @@ def user_errors(exit_code: int = 1, also: tuple[type[Exception], ...] = ()) -> I
         errors.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(exit_code) from exc
     except ValidationError as exc:
-        errors.print(f"[red]error:[/red] {_one_line(exc)}", highlight=False)
+        errors.print(f"[red]error:[/red] {one_line(exc, 'TIDE_')}", highlight=False)
         raise typer.Exit(exit_code) from exc
 
 

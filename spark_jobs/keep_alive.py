@@ -75,7 +75,7 @@ class _Running:
 
 def run(argv: list[str], backoff: Backoff | None = None) -> int:
     """Run `argv` until it exits cleanly, its configuration is refused, or this process is told to stop."""
-    return run_all([Child(argv)], lambda: backoff or Backoff(healthy_after_s=60.0))
+    return run_all([Child(argv)], (lambda: backoff) if backoff else None)
 
 
 def run_all(children: list[Child], backoff: Callable[[], Backoff] | None = None) -> int:

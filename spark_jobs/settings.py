@@ -81,11 +81,18 @@ class JobSettings(BaseSettings):
         return self.postgres_conninfo.get_secret_value()
 
 
+def one_line(exc: ValidationError, prefix: str) -> str:
+    """A settings error as one line naming its variable (`prefix` + the field), for users."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"])
+    if not field:  # a check across settings (e.g. TIDE_POSTGRES_URL's parts): its message names them
+        return f"invalid settings: {first['msg'].removeprefix('Value error, ')}"
+    return f"invalid setting {prefix}{field.upper()}: {first['msg']}"
+
+
 def read_settings() -> JobSettings:
     """The job settings from the environment; a bad one is a one-line ValueError naming its variable."""
     try:
         return JobSettings()
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise ValueError(f"invalid setting TIDE_JOB_{field.upper()}: {first['msg']}") from None
+        raise ValueError(one_line(exc, "TIDE_JOB_")) from None
