@@ -63,7 +63,7 @@ def live_catalogue(settings: JobSettings, pipeline: PipelineConfig) -> LiveCatal
                          settings.checkpoint_dir / "catalogue.json")
 
 
-def source(spark: SparkSession, settings: JobSettings, topics: list[str], starting: str = "earliest") -> DataFrame:
+def source(spark: SparkSession, settings: JobSettings, topics: list[str], starting: str, max_offsets: int) -> DataFrame:
     """The change topics as a stream. Earliest on a fresh checkpoint (a new sink starts from the
     beginning of the compacted topics), unless it continues a retired one (spark_jobs/checkpoints.py);
     a topic added to a running query's subscription is read from its start too. failOnDataLoss so a
@@ -78,7 +78,7 @@ def source(spark: SparkSession, settings: JobSettings, topics: list[str], starti
         # fetch.max.wait.ms (500 ms) per partition while producers were active: measured 2.5-3 s
         # of a 3 s batch. The offsets Spark asks for always exist, so a short wait costs nothing.
         .option("kafka.fetch.max.wait.ms", "10")
-        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        .option("maxOffsetsPerTrigger", str(max_offsets))
         # Debezium's primary-key change headers (the moved row's old key).
         .option("includeHeaders", "true")
         .load()
@@ -171,15 +171,12 @@ def build_query(
     checkpoint = checkpoint or settings.checkpoint_dir / sink_name
     starting = checkpoints.starting_offsets(checkpoint, topics, pipeline.source.partitions)
     stream = (
-        source(spark, settings, topics, starting)
+        source(spark, settings, topics, starting, settings.max_offsets_of(sink_name))
         .writeStream.queryName(f"tideline-{sink_name}" + ("" if checkpoint.name == sink_name else "-rebuild"))
         .foreachBatch(writer)
         .option("checkpointLocation", str(checkpoint))
     )
-    # Delta's queries run fewer, larger batches (a fixed cost per commit); the others the short interval.
-    delta_intervals = {"warehouse": settings.warehouse_trigger_interval, "analytics": settings.analytics_trigger_interval}
-    interval = delta_intervals.get(sink_name, settings.trigger_interval)
-    trigger = {"availableNow": True} if available_now else {"processingTime": interval}
+    trigger = {"availableNow": True} if available_now else {"processingTime": settings.trigger_interval_of(sink_name)}
     return stream.trigger(**trigger).start()
 
 

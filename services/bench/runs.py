@@ -40,6 +40,7 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
         "job_warehouse_trigger_interval": env_only.warehouse_trigger_interval,
         "job_analytics_trigger_interval": env_only.analytics_trigger_interval,
         "job_max_offsets_per_trigger": jobs.max_offsets_per_trigger,
+        "job_delta_max_offsets_per_trigger": env_only.delta_max_offsets_per_trigger,
         "job_driver_memory": jobs.driver_memory,
         "job_es_bulk_size": env_only.es_bulk_size,
         "source_partitions": pipeline.source.partitions,
