@@ -57,7 +57,7 @@ class JobSettings(BaseSettings):
     max_offsets_per_trigger: int = Field(default=20_000, ge=1)
     # The Delta queries' batch cost is mostly fixed (planning and committing about five Spark jobs per
     # table), so when they are behind (a snapshot, a backlog) larger batches apply far more per second:
-    # warehouse alone 1,900 changes/s in 20,000-change batches, 7,800 in 100,000 (docs/apply.md).
+    # warehouse alone 2,070 changes/s in 20,000-change batches, 7,800 in 100,000 (docs/apply.md).
     delta_max_offsets_per_trigger: int = Field(default=100_000, ge=1)
     # None = let spark-submit's --master decide (cluster runs). Locally, 4 task slots on the
     # machine's 2 cores: FAIR pools never preempt a running task, so with 2 slots the analytics
