@@ -16,10 +16,7 @@ import json
 from pathlib import Path
 
 from spark_jobs.keep_alive import Child
-from spark_jobs.settings import JobSettings
-
-# The queries that ship to a store that answers reads within seconds; the rest write Delta tables.
-SHIPPING = frozenset({"search", "cache"})
+from spark_jobs.settings import DELTA_SINKS, JobSettings
 
 
 def children(settings: JobSettings, argv: list[str]) -> list[Child]:
@@ -28,8 +25,8 @@ def children(settings: JobSettings, argv: list[str]) -> list[Child]:
     if settings.delta_driver_nice is None:
         return [Child(argv)]
     groups = {
-        "shipping": ([sink for sink in settings.sinks if sink in SHIPPING], 0),
-        "delta": ([sink for sink in settings.sinks if sink not in SHIPPING], settings.delta_driver_nice),
+        "shipping": ([sink for sink in settings.sinks if sink not in DELTA_SINKS], 0),
+        "delta": ([sink for sink in settings.sinks if sink in DELTA_SINKS], settings.delta_driver_nice),
     }
     return [
         Child(argv, env={"TIDE_JOB_SINKS": json.dumps(sinks),
@@ -49,4 +46,4 @@ def status_files(status_file: Path) -> list[Path]:
     return [path for path in [status_file, *found] if path.exists()]
 
 
-__all__ = ["SHIPPING", "children", "group_status_file", "status_files"]
+__all__ = ["children", "group_status_file", "status_files"]

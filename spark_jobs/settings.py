@@ -19,6 +19,7 @@ from spark_jobs.config import DEFAULT_PATH
 # so the current-state tables (`warehouse`) never wait for them.
 SinkName = Literal["search", "cache", "warehouse", "analytics"]
 SINKS: tuple[SinkName, ...] = ("search", "cache", "warehouse", "analytics")
+# The queries that write Delta tables; the others ship to stores that answer reads within seconds.
 DELTA_SINKS: tuple[SinkName, ...] = ("warehouse", "analytics")
 
 
