@@ -197,12 +197,18 @@ def _log_progress(sink: str, state: _Supervised) -> None:
     progress = state.query.lastProgress if state.query else None
     if progress and progress["batchId"] != state.logged_batch:
         state.logged_batch = progress["batchId"]
-        durations = progress.get("durationMs", {})
-        log.info(
-            "%s batch %s: %s rows in %s ms (add batch %s ms)",
-            sink, progress["batchId"], progress.get("numInputRows"),
-            durations.get("triggerExecution"), durations.get("addBatch"),
-        )
+        log.info("%s", progress_line(sink, progress))
+
+
+def progress_line(sink: str, progress: dict) -> str:
+    """`<sink> batch N: R rows in T ms (add batch A ms; ...)`: the trigger's whole time, the time in the
+    foreachBatch function (the sink's work) and each of the streaming engine's own steps (Kafka's end
+    offsets, the offset log, planning, the commit log), which a small batch can spend as long in."""
+    durations = progress.get("durationMs") or {}
+    steps = "".join(f"; {name} {ms}" for name, ms in sorted(durations.items())
+                    if name not in ("triggerExecution", "addBatch"))
+    return (f"{sink} batch {progress['batchId']}: {progress.get('numInputRows')} rows in "
+            f"{durations.get('triggerExecution')} ms (add batch {durations.get('addBatch')} ms{steps})")
 
 
 @dataclass
