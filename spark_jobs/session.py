@@ -65,6 +65,12 @@ def build_session(
         # cache's) and every batch compiled them all again: measured 211 and 528 compilations per
         # warehouse and analytics batch, 0 and 2 with this cache (docs/apply.md, "Fixed cost per batch").
         .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
+        # Plans run interpreted, not compiled: a micro-batch's cost is its jobs' planning, not its rows,
+        # and generated classes were compiled again after every start and for every new key range a
+        # MERGE inlines. Interpreted, batches of 200 to 100,000 changes took as long or less, the Delta
+        # queries' 7-20 % less (docs/apply.md, "Generated code, or none").
+        .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
     )
     if master:
         builder = builder.master(master)
