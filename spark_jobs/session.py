@@ -68,7 +68,7 @@ def build_session(
         # Plans run interpreted, not compiled: a micro-batch's cost is its jobs' planning, not its rows,
         # and generated classes were compiled again after every start and for every new key range a
         # MERGE inlines. Interpreted, batches of 200 to 100,000 changes took as long or less, the Delta
-        # queries' 7-20 % less (docs/apply.md, "Generated code, or none").
+        # queries' 7-18 % less (docs/apply.md, "Generated code, or none").
         .config("spark.sql.codegen.wholeStage", "false")
         .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
     )
