@@ -60,10 +60,10 @@ def build_session(
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.scheduler.allocation.file", str(POOLS))
         .config("spark.sql.session.timeZone", "UTC")
-        # Generated code is cached by its text, 100 classes by default. A warehouse batch generates about
-        # 200 classes and an analytics batch about 500, so they evicted each other (and search's and
-        # cache's) and every batch compiled them all again: measured 211 and 528 compilations per
-        # warehouse and analytics batch, 0 and 2 with this cache (docs/apply.md, "Fixed cost per batch").
+        # Generated code is cached by its text, 100 classes by default. With code generation on (below
+        # it is off, so this only matters if someone turns it back on) a warehouse batch generated about
+        # 200 classes and an analytics batch about 500: they evicted each other and every batch compiled
+        # them all again, 211 and 528 compilations, 0 and 2 with this cache (docs/apply.md).
         .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
         # Plans run interpreted, not compiled: a micro-batch's cost is its jobs' planning, not its rows,
         # and generated classes were compiled again after every start and for every new key range a
