@@ -34,6 +34,7 @@ class JarBundle:
             "debezium.version": versions.debezium,
             "es.version": versions.elasticsearch,
             "spark.version": versions.spark,
+            "spark.minor.version": ".".join(versions.spark.split(".")[:2]),
             "scala.binary.version": versions.scala_binary,
             "delta.version": versions.delta,
         }
