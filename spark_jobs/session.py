@@ -17,7 +17,8 @@ from pyspark.sql import SparkSession
 POOLS = Path(__file__).with_name("pools.xml")
 # Generated classes kept compiled (Spark's default is 100); a few tens of KB of bytecode each.
 CODEGEN_CACHE_ENTRIES = 2000
-_CHECKPOINT_FILES = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+# Spark 4.2 moved it into the package `checkpointing` (4.0: org.apache.spark.sql.execution.streaming).
+_CHECKPOINT_FILES = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 
 
 def jar_files(jar_dir: Path) -> list[str]:

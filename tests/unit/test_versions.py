@@ -35,3 +35,18 @@ def test_lock_file_agrees_with_the_direct_pins():
     lock = (PIN_FILE.parent / "requirements.lock").read_text().lower().splitlines()
     for name, version in _python_pins().items():
         assert f"{name.lower()}=={version}" in lock, f"{name}=={version} missing from requirements.lock"
+
+
+def test_the_classes_the_session_names_by_string_are_in_the_installed_spark():
+    """Class names set as strings are not checked until a query runs (Spark 4.2 moved the checkpoint
+    file manager into another package, and every streaming query failed)."""
+    import zipfile
+    from pathlib import Path
+
+    import pyspark
+
+    from spark_jobs import session
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    classes = {name for jar in jars.glob("spark-sql_*.jar") for name in zipfile.ZipFile(jar).namelist()}
+    assert session._CHECKPOINT_FILES.replace(".", "/") + ".class" in classes
