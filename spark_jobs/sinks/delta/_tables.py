@@ -35,10 +35,16 @@ TABLE_PROPERTIES = {
 #   sizes of persisted frames and Delta's statistics instead;
 # - MERGE reads its source as it is: Delta otherwise copies the source first (a job per MERGE) to
 #   guard against a source that changes between its two passes; ours is the batch's persisted
-#   frame and tables the batch does not write, the same in both passes.
+#   frame and tables the batch does not write, the same in both passes;
+# - and so a cached source is not refused: Delta >= 4.1 fails a MERGE whose source holds a cached
+#   frame it did not copy (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION), because a cache does not pin
+#   the version of a Delta table read below it. Ours is persisted and read once before any MERGE of
+#   the batch (the marks table below it is read before the batch appends to it), so both passes
+#   read the same rows, as with Delta 4.0, which had no such check.
 SESSION_SETTINGS = {
     "spark.sql.adaptive.enabled": "false",
     "spark.databricks.delta.merge.materializeSource": "none",
+    "spark.databricks.delta.merge.failSourceCachedAfterMaterialization": "false",
 }
 
 
