@@ -56,7 +56,13 @@ BUNDLES: dict[str, JarBundle] = {
             "elasticsearch",
             goals=("package", "dependency:copy-dependencies"),
         ),
-        JarBundle("spark", PROJECT_ROOT / "spark_jobs/jars/pom.xml", "spark"),
+        # The Kafka source, Delta and the jobs' own JVM writers (spark_jobs/jars/src), one folder.
+        JarBundle(
+            "spark",
+            PROJECT_ROOT / "spark_jobs/jars/pom.xml",
+            "spark",
+            goals=("package", "dependency:copy-dependencies"),
+        ),
     )
 }
 
@@ -66,7 +72,7 @@ def bundle_dir(settings: StackSettings, name: str) -> Path:
 
 
 def build_dir(settings: StackSettings, name: str) -> Path:
-    """Where a bundle with code of its own (the Elasticsearch launcher) is built."""
+    """Where a bundle with code of its own (the Elasticsearch launcher, the Spark writers) is built."""
     return settings.lib_dir / "build" / name
 
 
@@ -87,6 +93,9 @@ def resolve(settings: StackSettings, bundle: JarBundle) -> Path:
     # copy keeps whole seconds only) stays current, and a checkout that only touches the pom resolves nothing.
     pom = hashlib.sha256(bundle.pom.read_bytes()).hexdigest()[:16]
     stamp = " ".join(f"{k}={v}" for k, v in sorted(props.items())) + f" pom={pom}"
+    sources = bundle.pom.parent / "src" / "main"
+    if sources.is_dir():  # a bundle with code of its own is built again when its code changes
+        stamp += f" src={tree_digest(sources)}"
     marker = target / ".resolved"
     if marker.is_file() and marker.read_text() == stamp:
         return target
@@ -96,11 +105,16 @@ def resolve(settings: StackSettings, bundle: JarBundle) -> Path:
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
+    # Built from scratch: a class whose source was removed must not stay in the jar.
+    shutil.rmtree(build_dir(settings, name), ignore_errors=True)
     log = settings.logs_dir / f"maven-{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     argv = [mvn, "-B", "-q", "-f", str(bundle.pom), *bundle.goals, f"-DoutputDirectory={target}"]
     argv += [f"-D{key}={value}" for key, value in props.items()]
     argv.append(f"-Dtideline.build.dir={build_dir(settings, name)}")
+    # A bundle's unit tests run from the test suite (tests/unit/test_jvm_writers.py), not at every fetch;
+    # they are still compiled, so the fetch resolves what `mvn -o test` needs.
+    argv.append("-DskipTests")
     with open(log, "wb") as out:
         result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=bundle.pom.parent)
     if result.returncode != 0:
@@ -110,6 +124,15 @@ def resolve(settings: StackSettings, bundle: JarBundle) -> Path:
         )
     marker.write_text(stamp)
     return target
+
+
+def tree_digest(root: Path) -> str:
+    """The files under `root`, names and content (not times), as one short hash."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()[:16]
 
 
 def ensure_all(settings: StackSettings) -> None:
