@@ -13,11 +13,12 @@ from typing import Annotated, Any, Literal
 
 from psycopg import ProgrammingError
 from psycopg.conninfo import conninfo_to_dict
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.connector.slot_safety import DEFAULT_LAG_WARN_BYTES
 from services.versions import PROJECT_ROOT
+from spark_jobs.settings import sink_names
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 JvmSize = Annotated[str, Field(pattern=r"^\d+[mMgG]$")]
@@ -86,8 +87,12 @@ class StackSettings(BaseSettings):
     job_driver_memory: JvmSize = "2g"  # spark_jobs/settings.py says why
     # The cache sink's Redis database (a truncate scans it, so it is best not shared).
     job_redis_db: int = Field(default=0, ge=0, le=15)
+    # The queries run in Spark's Real-Time Mode (docs/apply.md); the others run micro-batches.
+    job_realtime_sinks: Annotated[list[str], NoDecode] = []
 
     startup_timeout_s: float = Field(default=240.0, gt=0)
+
+    _realtime_names = field_validator("job_realtime_sinks", mode="before")(lambda value: sink_names(value))
 
     @model_validator(mode="before")
     @classmethod

@@ -13,6 +13,7 @@ from spark_jobs import drivers, keep_alive
 from spark_jobs.catalogue import CatalogueError
 from spark_jobs.config import PipelineConfig, PipelineConfigError, check_schema, load
 from spark_jobs.pipeline import live_catalogue, supervise
+from spark_jobs.realtime import local_master
 from spark_jobs.session import build_session
 from spark_jobs.settings import JobSettings, read_settings
 
@@ -24,7 +25,8 @@ def main() -> None:
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)  # a line per request: the driver's own log is per batch
     settings = _or_refused(read_settings)
     pipeline = _or_refused(lambda: _checked_pipeline(settings))
-    spark = build_session("tideline-apply", settings.jars_dir, master=settings.master, driver_memory=settings.driver_memory)
+    spark = build_session("tideline-apply", settings.jars_dir, master=local_master(settings, pipeline),
+                          driver_memory=settings.driver_memory)
     jvm = keep_alive.launched_jvm(spark)
     keep_alive.exit_with_the_jvm(jvm)
     keep_alive.run_until_the_jvm_ends(jvm, lambda: supervise(spark, settings, pipeline))

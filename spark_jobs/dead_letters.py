@@ -73,12 +73,20 @@ def letters(rejected: DataFrame, stage: str) -> DataFrame:
 def _letter(stage: str) -> tuple[Column, Column]:
     from pyspark.sql import functions as F
 
+    return F.lit(None).cast("binary").alias("key"), letter_value(stage, F.col("error")).alias("value")
+
+
+def letter_value(stage: str, reason: Column) -> Column:
+    """A row's dead letter (`DeadLetter.encode` in SQL) as bytes: its `origin` and `letter_value`
+    (the record's value, or NULL), with `reason`."""
+    from pyspark.sql import functions as F
+
     raw = F.col("letter_value")
     fits = raw.isNull() | (F.octet_length(raw) <= MAX_VALUE_BYTES)
     text = F.when(F.is_valid_utf8(raw), raw.cast("string")).otherwise(F.concat(F.lit("base64:"), F.base64(raw)))
     origin = F.col("origin")
     letter = F.struct(
-        F.lit(stage).alias("stage"), F.col("error").alias("reason"), origin["topic"].alias("topic"),
+        F.lit(stage).alias("stage"), reason.alias("reason"), origin["topic"].alias("topic"),
         origin["partition"].alias("partition"), origin["offset"].alias("offset"),
         F.when(fits, text).alias("value"),
         F.when(~fits, F.octet_length(raw)).alias("value_bytes"), F.when(~fits, F.lit(_OMITTED)).alias("value_omitted"),
@@ -86,7 +94,7 @@ def _letter(stage: str) -> tuple[Column, Column]:
         # code, whose text then changes every batch and is compiled again.
         F.expr("java_method('java.lang.System', 'currentTimeMillis')").cast("bigint").alias("dead_at_ms"),
     )
-    return F.lit(None).cast("binary").alias("key"), F.to_json(letter).cast("binary").alias("value")
+    return F.to_json(letter).cast("binary")
 
 
 def write(frame: DataFrame, bootstrap: str, topic: str) -> None:

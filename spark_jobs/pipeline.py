@@ -7,7 +7,9 @@ with back-off while the rest run.
 A micro-batch of the search or cache query is one Spark job: read the topics, decode them
 (spark_jobs/changes/stream.py), group by row for the newest change (spark_jobs/newest.py), ship the
 sink's bytes from the executors, and write the dead letters, which is the action that runs it all.
-The warehouse's MERGEs are Spark jobs of their own (docs/apply.md counts them per query).
+The warehouse's MERGEs are Spark jobs of their own (docs/apply.md counts them per query). A query
+named in `TIDE_JOB_REALTIME_SINKS` runs in Real-Time Mode instead: long-running tasks and the sink's
+JVM writer, no micro-batches (spark_jobs/realtime.py).
 
 Exactly-once effect = at-least-once delivery (checkpointed offsets, a failed micro-batch is replayed)
 + idempotent, version-guarded sink writes.
@@ -29,10 +31,12 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs import checkpoints, control, dead_letters, reload
 from spark_jobs.backoff import Backoff
-from spark_jobs.catalogue import LiveCatalogue
+from spark_jobs.catalogue import Catalogue, LiveCatalogue
 from spark_jobs.changes.stream import decode_stream
 from spark_jobs.config import PipelineConfig, PipelineConfigError, load
 from spark_jobs.newest import newest_per_row
+from spark_jobs.realtime import require_slots, task_slots_of
+from spark_jobs.realtime import start as start_realtime
 from spark_jobs.settings import JobSettings, SinkName
 from spark_jobs.sinks.base import Batch, Capability, Sink
 
@@ -63,12 +67,14 @@ def live_catalogue(settings: JobSettings, pipeline: PipelineConfig) -> LiveCatal
                          settings.checkpoint_dir / "catalogue.json")
 
 
-def source(spark: SparkSession, settings: JobSettings, topics: list[str], starting: str, max_offsets: int) -> DataFrame:
+def source(spark: SparkSession, settings: JobSettings, topics: list[str], starting: str,
+           max_offsets: int | None) -> DataFrame:
     """The change topics as a stream. Earliest on a fresh checkpoint (a new sink starts from the
     beginning of the compacted topics), unless it continues a retired one (spark_jobs/checkpoints.py);
     a topic added to a running query's subscription is read from its start too. failOnDataLoss so a
-    gap is an error, never skipped."""
-    return (
+    gap is an error, never skipped. `max_offsets` caps a micro-batch; None for Real-Time Mode, which
+    refuses a cap."""
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
         .option("subscribe", ",".join(topics))
@@ -78,12 +84,12 @@ def source(spark: SparkSession, settings: JobSettings, topics: list[str], starti
         # fetch.max.wait.ms (500 ms) per partition while producers were active: measured 2.5-3 s
         # of a 3 s batch. The offsets Spark asks for always exist, so a short wait costs nothing.
         .option("kafka.fetch.max.wait.ms", "10")
-        .option("maxOffsetsPerTrigger", str(max_offsets))
         # Debezium's primary-key change headers (the moved row's old key).
         .option("includeHeaders", "true")
-        .load()
-        .select("topic", "partition", "offset", "key", "value", "headers")
     )
+    if max_offsets is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    return reader.load().select("topic", "partition", "offset", "key", "value", "headers")
 
 
 class BatchWriter:
@@ -164,20 +170,37 @@ def build_query(
     """
     sink = sink or make_sink(sink_name, settings, pipeline)
     catalogue = live_catalogue(settings, pipeline)
+    realtime = sink_name in settings.realtime_sinks and not available_now
+    topics = [pipeline.topic(table) for table in sink.tables()]
+    if realtime:
+        realtime_slots(spark, settings, pipeline, sink_name, len(topics) * pipeline.source.partitions)
     sink.setup(spark, catalogue.current())
-    writer = BatchWriter(sink, settings, catalogue)
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", sink_name)  # the query's jobs run in its own pool
-    topics = [pipeline.topic(table) for table in writer.tables]
     checkpoint = checkpoint or settings.checkpoint_dir / sink_name
     starting = checkpoints.starting_offsets(checkpoint, topics, pipeline.source.partitions)
+    name = f"tideline-{sink_name}" + ("" if checkpoint.name == sink_name else "-rebuild")
+    records = source(spark, settings, topics, starting, None if realtime else settings.max_offsets_of(sink_name))
+    if realtime:
+        return start_realtime(records, sink, catalogue.current(), settings, name=name, checkpoint=checkpoint)
     stream = (
-        source(spark, settings, topics, starting, settings.max_offsets_of(sink_name))
-        .writeStream.queryName(f"tideline-{sink_name}" + ("" if checkpoint.name == sink_name else "-rebuild"))
-        .foreachBatch(writer)
+        records.writeStream.queryName(name)
+        .foreachBatch(BatchWriter(sink, settings, catalogue))
         .option("checkpointLocation", str(checkpoint))
     )
     trigger = {"availableNow": True} if available_now else {"processingTime": settings.trigger_interval_of(sink_name)}
     return stream.trigger(**trigger).start()
+
+
+def realtime_slots(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, sink_name: SinkName,
+                   partitions: int) -> None:
+    """Refuse (SlotsError) a real-time query that would not get a task slot per partition it reads: the
+    other real-time queries running hold theirs, and the micro-batch queries keep the configured master's."""
+    running = {query.name for query in spark.streams.active}
+    held = sum(len(pipeline.sink_tables(other)) * pipeline.source.partitions for other in settings.realtime_sinks
+               if other != sink_name and f"tideline-{other}" in running)
+    micro_batch = [sink for sink in settings.sinks if sink not in settings.realtime_sinks]
+    reserved = (task_slots_of(settings.master) or 0) if micro_batch else 0
+    require_slots(spark, sink_name, partitions, held, reserved)
 
 
 @dataclass
@@ -190,6 +213,8 @@ class _Supervised:
     last_error: str | None = None
     logged_batch: int = -1
     paused: bool = False
+    # The catalogue a real-time query was planned with (its plan keeps it until the query restarts).
+    catalogue: Catalogue | None = None
 
 
 def _log_progress(sink: str, state: _Supervised) -> None:
@@ -243,6 +268,7 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
     exponential back-off while the others keep running; re-read pipeline.yaml's tables when asked
     (`tide tables add | remove`). Returns only if the session stops."""
     supervised = {sink: _Supervised() for sink in settings.sinks if pipeline.sink_tables(sink)}
+    catalogue = live_catalogue(settings, pipeline)
     # A request written before this driver started is already in the pipeline it loaded.
     reloads = _Reloads(control.read_reload(settings.reload_file))
     while True:
@@ -250,6 +276,7 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
         if (request := control.read_reload(settings.reload_file)) != reloads.handled:
             try:
                 pipeline, reloads.error = _reload(settings, pipeline, supervised), None
+                catalogue = live_catalogue(settings, pipeline)
             except PipelineConfigError as exc:
                 reloads.error = str(exc)
                 log.error("pipeline.yaml not re-read: %s", exc)
@@ -261,6 +288,8 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
             if state.query is not None and state.query.isActive:
                 checkpoints.drop_retired(settings.checkpoint_dir / sink)
                 _log_progress(sink, state)
+                if sink in settings.realtime_sinks:
+                    _restart_on_new_catalogue(sink, state, catalogue.current(), pipeline.sink_tables(sink))
                 continue
             if state.query is not None:
                 state.last_error = str(state.query.exception() or "stopped")[:500]
@@ -269,6 +298,7 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
                 state.query, state.retry_at = None, now + wait
             elif now >= state.retry_at:
                 try:
+                    state.catalogue = catalogue.current() if sink in settings.realtime_sinks else None
                     state.query, state.started_at = build_query(spark, settings, pipeline, sink), now
                 except Exception as exc:  # noqa: BLE001 - e.g. the store is down during setup: retry later
                     state.last_error = str(exc)[:500]
@@ -281,6 +311,22 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
         except StreamingQueryException:
             pass  # a query failed: the next pass records its error and restarts it with backoff
         spark.streams.resetTerminated()
+
+
+def _restart_on_new_catalogue(sink: str, state: _Supervised, catalogue: Catalogue, tables: list[str]) -> None:
+    """Stop a real-time query whose tables' columns changed at the source (the loop starts it again at
+    once, planned with the new catalogue): its decoder's time columns and the cache's column types
+    were fixed when it was planned. The epoch in flight is replayed."""
+    if state.query is None or state.catalogue is None or not columns_changed(state.catalogue, catalogue, tables):
+        return
+    log.warning("query %s: the source's columns changed; restarting it with the new catalogue", sink)
+    state.query.stop()
+    state.query, state.retry_at = None, 0.0
+
+
+def columns_changed(planned: Catalogue, current: Catalogue, tables: list[str]) -> bool:
+    """Whether any of `tables` has other columns (or types) in `current` than in `planned`."""
+    return any(current.get(table) != planned.get(table) for table in tables)
 
 
 def _hold_paused(sink: str, state: _Supervised, paused: bool) -> bool:

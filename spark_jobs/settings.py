@@ -7,11 +7,12 @@ Kept apart from the stack's settings so the jobs run unchanged under
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from spark_jobs.config import DEFAULT_PATH
 
@@ -21,6 +22,15 @@ SinkName = Literal["search", "cache", "warehouse", "analytics"]
 SINKS: tuple[SinkName, ...] = ("search", "cache", "warehouse", "analytics")
 # The queries that write Delta tables; the others ship to stores that answer reads within seconds.
 DELTA_SINKS: tuple[SinkName, ...] = ("warehouse", "analytics")
+# The queries that can run in Spark's Real-Time Mode: a JVM writer ships their rows (docs/apply.md).
+REALTIME_CAPABLE: tuple[SinkName, ...] = ("cache",)
+
+
+def sink_names(value: object) -> object:
+    """A list of sinks from the environment: a JSON list or names separated by commas."""
+    if isinstance(value, str):
+        return json.loads(value) if value.lstrip().startswith("[") else [n.strip() for n in value.split(",") if n.strip()]
+    return value
 
 
 class JobSettings(BaseSettings):
@@ -47,6 +57,13 @@ class JobSettings(BaseSettings):
     postgres_conninfo: SecretStr | None = None
 
     sinks: list[SinkName] = list(SINKS)
+    # The queries that run in Real-Time Mode instead of micro-batches: long-running tasks, one per Kafka
+    # partition they read, each record written as it arrives (docs/apply.md). Empty: all micro-batches.
+    # A JSON list or names separated by commas: TIDE_JOB_REALTIME_SINKS=cache.
+    realtime_sinks: Annotated[list[SinkName], NoDecode] = []
+    # Real-Time Mode's epoch: how often its offsets are checkpointed and its progress reported (Spark's
+    # minimum is 5 seconds). Records are written as they arrive whatever this is.
+    realtime_epoch: Annotated[str, Field(pattern=r"^\d+ (seconds|minutes)$")] = "5 seconds"
     # Back-pressure: how often a micro-batch starts and how many records it may take.
     trigger_interval: Annotated[str, Field(pattern=r"^\d+ (milliseconds|seconds|minutes)$")] = "2 seconds"
     # Delta pays a fixed cost per MERGE (several Spark jobs per table), so the warehouse runs
@@ -60,7 +77,8 @@ class JobSettings(BaseSettings):
     # table), so when they are behind (a snapshot, a backlog) larger batches apply far more per second:
     # warehouse alone 2,070 changes/s in 20,000-change batches, 7,800 in 100,000 (docs/apply.md).
     delta_max_offsets_per_trigger: int = Field(default=100_000, ge=1)
-    # None = let spark-submit's --master decide (cluster runs). Locally, 4 task slots on the
+    # None = let spark-submit's --master decide (cluster runs). Locally, 4 task slots (the micro-batch
+    # queries'; a local driver adds one per Kafka partition its real-time queries read) on the
     # machine's 2 cores: FAIR pools never preempt a running task, so with 2 slots the analytics
     # query's long tasks took both, and each of the warehouse's many short jobs waited for one
     # (measured: a 224-record warehouse batch took 10.7 minutes). A stage still has at most 2 tasks
@@ -74,6 +92,16 @@ class JobSettings(BaseSettings):
     # at this nice value, so search and cache get the CPU first (spark_jobs/drivers.py). Unset (the
     # default): one driver. Measured: on a saturated machine the Delta driver starves (docs/apply.md).
     delta_driver_nice: int | None = Field(default=None, ge=0, le=19)
+
+    _names = field_validator("realtime_sinks", mode="before")(lambda value: sink_names(value))
+
+    @field_validator("realtime_sinks")
+    @classmethod
+    def _has_a_writer(cls, sinks: list[SinkName]) -> list[SinkName]:
+        if unable := [sink for sink in sinks if sink not in REALTIME_CAPABLE]:
+            raise ValueError(f"{', '.join(unable)} cannot run in Real-Time Mode yet (only "
+                             f"{', '.join(REALTIME_CAPABLE)} has a JVM writer): remove it from the list")
+        return sinks
 
     @field_validator("delta_driver_nice", mode="before")
     @classmethod

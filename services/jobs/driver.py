@@ -49,6 +49,7 @@ def job_env(settings: StackSettings) -> dict[str, str]:
         "TIDE_JOB_TRIGGER_INTERVAL": settings.job_trigger_interval,
         "TIDE_JOB_MAX_OFFSETS_PER_TRIGGER": str(settings.job_max_offsets_per_trigger),
         "TIDE_JOB_DRIVER_MEMORY": settings.job_driver_memory,
+        "TIDE_JOB_REALTIME_SINKS": json.dumps(settings.job_realtime_sinks),
     }
 
 

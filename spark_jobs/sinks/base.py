@@ -27,7 +27,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
@@ -42,6 +42,14 @@ VERSION_MINOR = "tl_version_minor"
 # A history table's primary-key columns, in its Delta table properties (a version's key is key + version).
 KEYS_PROPERTY = "tideline.primaryKey"
 COMMIT_TS = "tl_commit_ts"
+
+
+@dataclass(frozen=True)
+class LetterTopic:
+    """Where a real-time writer produces the dead letters of what its store refused."""
+
+    bootstrap: str
+    topic: str
 
 
 class Capability(Enum):
@@ -59,6 +67,9 @@ class Capability(Enum):
     EVERY_CHANGE = "every_change"
     # `folders()`: the folders it writes, which `tide rebuild` clears before replaying the topics.
     OWNS_FOLDERS = "owns_folders"
+    # `writer_rows()` / `writer()`: the sink can run in Spark's Real-Time Mode (spark_jobs/realtime.py):
+    # Spark SQL builds each change's request, a JVM ForeachWriter ships it as it arrives.
+    REAL_TIME = "real_time"
     # `rebuild_target()` / `promote()`: a rebuild fills new physical stores behind the users' names and
     # swaps them in at the end (Elasticsearch aliases), so readers never see a half-built view.
     SWAPS_ON_REBUILD = "swaps_on_rebuild"
@@ -105,6 +116,16 @@ class Sink(ABC):
     def available(self) -> bool:
         """WAITS_FOR_STORE: whether the store answers (on the driver, before each batch)."""
         raise NotImplementedError(f"{self.name} does not wait for its store")
+
+    def writer_rows(self, changes: DataFrame) -> DataFrame:
+        """REAL_TIME: the decoded stream (`CHANGE` rows, dead letters included, in partition order) as
+        the rows this sink's JVM writer takes; no shuffle, aggregation or Python in the plan."""
+        raise NotImplementedError(f"{self.name} has no real-time writer")
+
+    def writer(self, jvm: Any, letters: LetterTopic) -> Any:
+        """REAL_TIME: the JVM ForeachWriter (a py4j object, built after `setup`) that ships `writer_rows`,
+        sending what its store refuses to `letters` with the reason."""
+        raise NotImplementedError(f"{self.name} has no real-time writer")
 
     def folders(self) -> list[str]:
         """OWNS_FOLDERS: every folder the sink writes."""

@@ -3,6 +3,7 @@ script arguments Spark SQL builds per change (parsed back from their wire format
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
@@ -19,7 +20,7 @@ from spark_jobs.sinks.redis import (
     typed_value,
     watermark_key,
 )
-from spark_jobs.sinks.redis._commands import commands
+from spark_jobs.sinks.redis._commands import commands, writer_rows
 from spark_jobs.sinks.redis._scripts import MAX_EXACT_VERSION, ROW_FIXED_ARGS
 from tests.unit.spark_frames import change, frame
 
@@ -115,3 +116,36 @@ def test_truncates_pass_through_and_bad_rows_carry_their_reason(spark):
     assert rows[0]["op"] == "t" and rows[0]["args"] is None and rows[0]["error"] is None
     assert "clashes with the sink's metadata prefix" in rows[1]["error"]
     assert "cannot be compared exactly in Lua" in rows[2]["error"]
+
+
+def _writer_rows(spark, rows):
+    return {r["origin"]["offset"]: r.asDict(recursive=True)
+            for r in writer_rows(frame(spark, rows), "p[1]:", "cache").collect()}
+
+
+def test_the_jvm_writer_gets_the_same_arguments_the_shipper_sends_as_a_list(spark):
+    rows = [change((5, 7), key=3, after={"id": "3", "name": "Ada"}, unavailable=("description",)),
+            change((5, 8), op="d", key=4, offset=1)]
+    shipped = {r["origin"]["offset"]: resp_arguments(r["args"]) for r in commands(frame(spark, rows), "p[1]:").collect()}
+    for offset, row in _writer_rows(spark, rows).items():
+        assert row["kind"] == "row" and row["letter"] is None and row["watermark"] is None
+        assert [bytes(a).decode() for a in row["args"]] == shipped[offset]
+
+
+def test_the_jvm_writer_gets_truncates_with_their_keys_and_escaped_patterns(spark):
+    (row,) = _writer_rows(spark, [change((5, 1), op="t", table="odd*table")]).values()
+    assert row["kind"] == "truncate" and row["args"] is None
+    assert row["watermark"] == watermark_key("odd*table", "p[1]:") and (row["major"], row["minor"]) == (5, 1)
+    assert row["row_prefix"] == row_key("odd*table", "", "p[1]:")
+    assert row["row_pattern"] == glob_escape(row_key("odd*table", "", "p[1]:")) + "*"
+    assert row["tombstone_pattern"] == glob_escape(tombstone_key("odd*table", "", "p[1]:")) + "*"
+
+
+def test_the_jvm_writer_gets_undecoded_and_refused_changes_as_ready_dead_letters(spark):
+    undecoded = {**change((5, 1)), "error": "value is not JSON", "letter_value": b"{nope"}
+    rows = _writer_rows(spark, [undecoded, change((5, 2), key=2, after={"id": "2", "tl_x": "1"}, offset=1)])
+    letters = {offset: json.loads(bytes(row["letter"])) for offset, row in rows.items()}
+    assert all(row["kind"] == "letter" and row["args"] is None for row in rows.values())
+    assert letters[0]["stage"] == "decode:cache" and letters[0]["reason"] == "value is not JSON"
+    assert letters[0]["value"] == "{nope" and letters[0]["offset"] == 0
+    assert letters[1]["stage"] == "apply:cache" and "clashes with the sink's metadata prefix" in letters[1]["reason"]

@@ -21,7 +21,7 @@ import redis
 from spark_jobs.aggregates import AggregateConfigError
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
-from spark_jobs.sinks.base import Batch, Capability, Sink
+from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR, Batch, Capability, LetterTopic, Sink
 from spark_jobs.sinks.redis._scripts import RAISE_WATERMARK, aggregate_spec, row_scripts
 
 if TYPE_CHECKING:
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 # Bumped when the stored encoding changes: a cache written otherwise must be rebuilt.
 ENCODING = "text-1"
+# Real-Time Mode: the JVM writer sends what arrived within this long (or `chunk_rows` rows) in one
+# APPLY_BATCH call, so a burst costs a few round trips and a lone change waits at most this.
+LINGER_MS = 2
 
 
 def row_key(table: str, row_id: str, prefix: str = "") -> str:
@@ -97,7 +100,7 @@ class RedisSink(Sink):
     """The `cache` view in Redis."""
 
     name = "cache"
-    capabilities = frozenset({Capability.SINGLE_PASS, Capability.WAITS_FOR_STORE})
+    capabilities = frozenset({Capability.SINGLE_PASS, Capability.WAITS_FOR_STORE, Capability.REAL_TIME})
 
     def __init__(self, url: str, pipeline: PipelineConfig, key_prefix: str = "", chunk_rows: int = 500) -> None:
         super().__init__(pipeline)
@@ -169,6 +172,18 @@ class RedisSink(Sink):
         mine = batch.newest.where(F.col("table").isin(*self.tables()))
         shipper = Shipper(self.url, self.key_prefix, self._apply, self._prune, self.chunk_rows)
         return commands(mine, self.key_prefix).mapInArrow(shipper, REJECTED)
+
+    def writer_rows(self, changes: DataFrame) -> DataFrame:
+        from spark_jobs.sinks.redis._commands import writer_rows
+
+        return writer_rows(changes, self.key_prefix, self.name)
+
+    def writer(self, jvm: Any, letters: LetterTopic) -> Any:
+        """The JVM writer with this sink's scripts (`setup` built them): spark_jobs/jars/src's
+        RedisChangeWriter applies the same APPLY_BATCH calls the Python shipper sends."""
+        return jvm.dev.tideline.writers.RedisChangeWriter(
+            self.url, self._apply.source, RAISE_WATERMARK.source, self._prune.source, VERSION_MAJOR, VERSION_MINOR,
+            letters.bootstrap, letters.topic, f"apply:{self.name}", self.chunk_rows, LINGER_MS)
 
 
 __all__ = ["ENCODING", "RedisSink", "columns_key", "decode_row", "glob_escape", "read_types", "row_key",

@@ -2,7 +2,8 @@
 
 The arguments are already in Redis's wire format (RESP bulk strings, concatenated), so the Python
 shipper on the executor only joins a chunk's bytes behind an EVALSHA header and writes them to the
-socket: no Python object per row. Values are stored as their text (docs/sinks/redis.md): the change's
+socket: no Python object per row. In Real-Time Mode the same arguments go, as a list, to the JVM
+writer (`writer_rows`), with the truncates' keys and the dead letters built here too. Values are stored as their text (docs/sinks/redis.md): the change's
 `after` already holds each column's text, NULL columns are left out of the hash.
 """
 
@@ -17,6 +18,9 @@ from spark_jobs.sinks.redis._scripts import MAX_EXACT_VERSION, ROW_FIXED_ARGS
 
 # The columns the shipper reads (and passes on for rejected rows).
 SHIPPED = ("op", "table", "version", "origin", "args", "arg_count", "error")
+# The columns the JVM writer reads (`writer_rows`; spark_jobs/jars/src: RedisChangeWriter).
+WRITER_ROWS = ("kind", "args", "origin", "letter", "table", "watermark", "major", "minor", "row_pattern",
+               "row_prefix", "tombstone_pattern")
 
 
 def resp(text: Column) -> Column:
@@ -78,6 +82,20 @@ def commands(newest: DataFrame, prefix: str) -> DataFrame:
 
 @reused
 def _command_columns(prefix: str) -> list[Column | str]:
+    arguments = _arguments(prefix)
+    truncate = F.col("op") == "t"
+    return [
+        "op", "table", "version", "origin",
+        F.when(~truncate, F.array_join(F.transform(arguments, resp), "").cast("binary")).alias("args"),
+        F.when(~truncate, F.size(arguments)).cast("int").alias("arg_count"),
+        F.when(~truncate, _error()).alias("error"),
+    ]
+
+
+def _arguments(prefix: str) -> Column:
+    """One change's APPLY_BATCH arguments as a list of text, their count first (ROW_FIXED_ARGS, then
+    each kept column's name and version, then the hash's fields). Both writers send this list: the
+    Python shipper RESP-encoded (`args`), the JVM writer as it is (`writer_rows`)."""
     table, row_id, version = F.col("table"), F.col("row_id"), F.col("version")
     upsert = F.col("after").isNotNull()
     keep = F.when(upsert, _keep()).otherwise(F.create_map().cast("map<string, struct<major: bigint, minor: bigint>>"))
@@ -85,21 +103,55 @@ def _command_columns(prefix: str) -> list[Column | str]:
     moved_from = F.col("old_row_id").isNotNull()
     count = F.lit(ROW_FIXED_ARGS) + 3 * F.size(keep) + 2 * F.size(fields)
     op = F.when(~upsert, F.when(F.col("moved"), F.lit("m")).otherwise(F.lit("d"))).otherwise(F.lit("u"))
-    args = F.concat(
-        resp(count.cast("string")),
-        resp(row_key(prefix, table, row_id)), resp(tombstone_key(prefix, table, row_id)), resp(watermark_key(prefix, table)),
-        resp(F.when(moved_from, row_key(prefix, table, F.col("old_row_id"))).otherwise(F.lit(""))),
-        resp(F.when(moved_from, tombstone_key(prefix, table, F.col("old_row_id"))).otherwise(F.lit(""))),
-        resp(op), resp(version["major"].cast("string")), resp(version["minor"].cast("string")), resp(table), resp(row_id),
-        resp(F.size(keep).cast("string")),
-        F.array_join(F.transform(F.map_entries(keep), lambda e: F.concat(
-            resp(e["key"]), resp(e["value"]["major"].cast("string")), resp(e["value"]["minor"].cast("string")))), ""),
-        F.array_join(F.transform(F.map_entries(fields), lambda e: F.concat(resp(e["key"]), resp(e["value"]))), ""),
+    fixed = F.array(
+        count.cast("string"),
+        row_key(prefix, table, row_id), tombstone_key(prefix, table, row_id), watermark_key(prefix, table),
+        F.when(moved_from, row_key(prefix, table, F.col("old_row_id"))).otherwise(F.lit("")),
+        F.when(moved_from, tombstone_key(prefix, table, F.col("old_row_id"))).otherwise(F.lit("")),
+        op, version["major"].cast("string"), version["minor"].cast("string"), table, row_id,
+        F.size(keep).cast("string"),
     )
+    kept = F.flatten(F.transform(F.map_entries(keep), lambda e: F.array(
+        e["key"], e["value"]["major"].cast("string"), e["value"]["minor"].cast("string"))))
+    sent = F.flatten(F.transform(F.map_entries(fields), lambda e: F.array(e["key"], e["value"])))
+    return F.concat(fixed, kept, sent)
+
+
+def glob_escaped(text: Column) -> Column:
+    """`text` as a literal in a SCAN MATCH pattern (spark_jobs.sinks.redis.glob_escape in SQL)."""
+    return F.regexp_replace(text, r"([*?\[\]\\])", r"\\$1")
+
+
+def writer_rows(changes: DataFrame, prefix: str, sink: str) -> DataFrame:
+    """`changes` (CHANGE rows, dead letters included) → WRITER_ROWS, what the JVM writer
+    (dev.tideline.writers.RedisChangeWriter) takes in Real-Time Mode: `kind` row (its APPLY_BATCH
+    arguments), truncate (its watermark, version and SCAN patterns) or letter (a dead letter, ready)."""
+    return changes.select(*_writer_columns(prefix, sink))
+
+
+@reused
+def _writer_columns(prefix: str, sink: str) -> list[Column]:
+    from spark_jobs.dead_letters import letter_value
+
+    undecoded, refused = F.col("error").isNotNull(), _error().isNotNull()
     truncate = F.col("op") == "t"
+    table, version = F.col("table"), F.col("version")
+    rows = row_key(prefix, table, F.lit(""))
+    on_truncate = {
+        "table": table,
+        "watermark": watermark_key(prefix, table),
+        "major": version["major"], "minor": version["minor"],
+        "row_pattern": F.concat(glob_escaped(rows), F.lit("*")),
+        "row_prefix": rows,
+        "tombstone_pattern": F.concat(glob_escaped(tombstone_key(prefix, table, F.lit(""))), F.lit("*")),
+    }
     return [
-        "op", "table", "version", "origin",
-        F.when(~truncate, args.cast("binary")).alias("args"),
-        F.when(~truncate, count + 1).cast("int").alias("arg_count"),
-        F.when(~truncate, _error()).alias("error"),
+        F.when(undecoded | (~truncate & refused), F.lit("letter")).when(truncate, F.lit("truncate"))
+        .otherwise(F.lit("row")).alias("kind"),
+        F.when(~undecoded & ~truncate & ~refused, F.transform(_arguments(prefix), lambda a: a.cast("binary")))
+        .alias("args"),
+        F.col("origin"),
+        F.when(undecoded, letter_value(f"decode:{sink}", F.col("error")))
+        .when(~truncate & refused, letter_value(f"apply:{sink}", _error())).alias("letter"),
+        *(F.when(~undecoded & truncate, value).alias(name) for name, value in on_truncate.items()),
     ]

@@ -1,0 +1,107 @@
+"""Real-Time Mode: a sink's query as long-running tasks that write each change as it arrives.
+
+A micro-batch pays its planning and jobs whatever its size (docs/apply.md, "Fixed cost per batch");
+in Real-Time Mode the query is planned once, each task reads one Kafka partition for as long as the
+query runs, and the sink's JVM writer (spark_jobs/jars/src) ships every change within milliseconds.
+The plan is the decoder and the sink's request columns only: Real-Time Mode refuses shuffles,
+`coalesce`, Python functions and `foreachBatch`, so there is no newest-per-row step (a row's changes
+arrive in order within its partition) and the writer sends the dead letters itself.
+
+Every task runs at once, so the query needs one task slot per partition it reads; with fewer it starts
+without an error and the partitions left over are never read. `require_slots` refuses that at start.
+Offsets are checkpointed at the end of each epoch (`realtime_epoch`), after the writer's `close` has
+flushed everything; a query stopped mid-epoch replays that epoch, which the version guard makes safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+from spark_jobs.config import PipelineConfig
+from spark_jobs.settings import JobSettings
+from spark_jobs.sinks.base import LetterTopic
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from spark_jobs.catalogue import Catalogue
+    from spark_jobs.sinks.base import Sink
+
+log = logging.getLogger("tideline.realtime")
+
+_LOCAL = re.compile(r"^local\[(\d+|\*)(,\d+)?\]$")
+
+
+class SlotsError(RuntimeError):
+    """A real-time query would get fewer task slots than the Kafka partitions it reads."""
+
+
+def needed_slots(settings: JobSettings, pipeline: PipelineConfig) -> int:
+    """Task slots the configured real-time queries hold: one per partition of each topic they read."""
+    return sum(len(pipeline.sink_tables(sink)) * pipeline.source.partitions
+               for sink in settings.realtime_sinks if sink in settings.sinks)
+
+
+def local_master(settings: JobSettings, pipeline: PipelineConfig) -> str | None:
+    """The master a local driver runs: `master`'s slots (the micro-batch queries') plus one per partition
+    the real-time queries read. A cluster master (or None) is left as it is."""
+    found = _LOCAL.match(settings.master or "")
+    extra = needed_slots(settings, pipeline)
+    if not found or not extra or found.group(1) == "*":
+        return settings.master
+    return f"local[{int(found.group(1)) + extra}{found.group(2) or ''}]"
+
+
+def task_slots_of(master: str | None) -> int | None:
+    """Task slots of a local master (local[N], local[*]); None when a cluster manager decides."""
+    found = _LOCAL.match(master or "")
+    if not found:
+        return None
+    return (os.cpu_count() or 1) if found.group(1) == "*" else int(found.group(1))
+
+
+def require_slots(spark: SparkSession, sink: str, partitions: int, held: int, reserved: int) -> None:
+    """Refuse to start `sink`'s query when the slots left (after `held` by other real-time queries and
+    `reserved` for the micro-batch queries) are fewer than the `partitions` it reads."""
+    slots = task_slots_of(spark.sparkContext.master)
+    if slots is None:
+        log.warning("%s: cannot count a cluster's task slots; it needs %d free for its partitions", sink, partitions)
+        return
+    free = slots - held - reserved
+    if free < partitions:
+        raise SlotsError(
+            f"the real-time {sink} query reads {partitions} Kafka partitions but only {max(free, 0)} of "
+            f"{spark.sparkContext.master}'s {slots} task slots are free ({held} held by other real-time queries, "
+            f"{reserved} kept for the micro-batch queries): give the driver more slots (TIDE_JOB_MASTER) or "
+            "run it as micro-batches (remove it from TIDE_JOB_REALTIME_SINKS)")
+
+
+def start(records: DataFrame, sink: Sink, catalogue: Catalogue, settings: JobSettings, *, name: str,
+          checkpoint: Path) -> StreamingQuery:
+    """`records` (the Kafka source, no batch limit) decoded and shipped by `sink`'s JVM writer, as a
+    Real-Time Mode query. PySpark's `foreach` takes Python writers only, so the JVM writer is attached
+    through the query's Java DataStreamWriter, and the Java query wrapped as PySpark's."""
+    from pyspark.sql.streaming import StreamingQuery
+
+    from spark_jobs.changes.stream import decode_stream
+
+    spark = records.sparkSession
+    rows = sink.writer_rows(decode_stream(records, sink.tables(), catalogue))
+    jvm = spark.sparkContext._jvm
+    writer = sink.writer(jvm, LetterTopic(settings.kafka_bootstrap, settings.dlq_topic))
+    java_query = (
+        rows._jdf.writeStream().queryName(name).foreach(writer).outputMode("update")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(settings.realtime_epoch))
+        .start()
+    )
+    return StreamingQuery(java_query)
+
+
+__all__ = ["SlotsError", "local_master", "needed_slots", "require_slots", "start", "task_slots_of"]

@@ -1,0 +1,73 @@
+"""Real-Time Mode's settings and checks: a local driver sized for its real-time queries, a query that
+would be starved (fewer slots than the partitions it reads, which Spark accepts silently) refused in
+one line, and a query restarted when its tables' columns change (its plan holds the catalogue)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from spark_jobs import config
+from spark_jobs.catalogue import Column
+from spark_jobs.pipeline import columns_changed
+from spark_jobs.realtime import SlotsError, local_master, needed_slots, require_slots, task_slots_of
+from spark_jobs.settings import JobSettings, read_settings
+from tests.demo_catalogue import demo_catalogue
+
+PIPELINE = config.load()
+
+
+def test_the_real_time_sinks_are_read_as_a_list_or_names_and_unknown_writers_refused(monkeypatch):
+    monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", "cache")
+    assert read_settings().realtime_sinks == ["cache"]
+    monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", '["cache"]')
+    assert read_settings().realtime_sinks == ["cache"]
+    monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", "search")
+    with pytest.raises(ValueError, match="^invalid setting TIDE_JOB_REALTIME_SINKS: .*search cannot run in Real-Time"):
+        read_settings()
+
+
+def test_a_local_driver_gets_a_slot_per_partition_its_real_time_queries_read_on_top_of_its_own():
+    partitions = len(PIPELINE.sink_tables("cache")) * PIPELINE.source.partitions
+    settings = JobSettings(realtime_sinks=["cache"], master="local[4]")
+    assert needed_slots(settings, PIPELINE) == partitions
+    assert local_master(settings, PIPELINE) == f"local[{4 + partitions}]"
+    assert local_master(JobSettings(master="local[4]"), PIPELINE) == "local[4]"
+    assert local_master(JobSettings(realtime_sinks=["cache"], master="spark://m:7077"), PIPELINE) == "spark://m:7077"
+    # A driver that runs only the Delta queries (TIDE_JOB_DELTA_DRIVER_NICE) holds no real-time slots.
+    delta_only = JobSettings(realtime_sinks=["cache"], sinks=["warehouse", "analytics"], master="local[4]")
+    assert local_master(delta_only, PIPELINE) == "local[4]"
+
+
+def test_slots_are_counted_for_local_masters_only():
+    assert (task_slots_of("local[16]"), task_slots_of("local[3,2]"), task_slots_of("spark://m:7077")) == (16, 3, None)
+
+
+class _Context:
+    def __init__(self, master: str) -> None:
+        self.master = master
+
+
+class _Session:
+    """Only the master's name is read: the check runs before any query starts."""
+
+    def __init__(self, master: str) -> None:
+        self.sparkContext = _Context(master)
+
+
+def test_a_query_that_would_be_starved_is_refused_naming_the_fix():
+    require_slots(_Session("local[16]"), "cache", 12, held=0, reserved=4)
+    with pytest.raises(SlotsError, match=r"reads 12 Kafka partitions but only 0 of local\[16\]'s 16 task slots are "
+                                         r"free \(12 held by other real-time queries, 4 kept .*TIDE_JOB_MASTER"):
+        require_slots(_Session("local[16]"), "cache", 12, held=12, reserved=4)
+
+
+def test_a_real_time_query_is_restarted_only_when_its_own_tables_columns_changed():
+    planned = demo_catalogue()
+    customers = planned["customers"]
+    added = {**planned, "customers": replace(customers, columns={**customers.columns,
+                                                                 "loyalty_tier": Column("loyalty_tier", "TEXT")})}
+    assert columns_changed(planned, added, ["customers", "orders"])
+    assert not columns_changed(planned, added, ["orders", "products"]), "another table's column is not this query's"
+    assert not columns_changed(planned, dict(planned), ["customers"])
