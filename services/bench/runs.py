@@ -26,6 +26,7 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
     """The tuning settings in force, so a result says what it was measured with: the jobs', the
     heaps', and the capture settings of the connector config (with the run's `--connector` overrides)."""
     from services.connector.registration import render_config
+    from spark_jobs.realtime import local_master
     from spark_jobs.settings import JobSettings
 
     config = render_config(settings, pipeline, connector)
@@ -35,7 +36,9 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
     jobs = driver.job_settings(settings)
     env_only = JobSettings()  # settings the driver reads straight from TIDE_JOB_* (not set by the stack)
     return {
-        "job_master": env_only.master,
+        "job_master": local_master(jobs, pipeline),  # with a slot per partition of the real-time queries
+        "job_realtime_sinks": ",".join(jobs.realtime_sinks) or "none",
+        "job_realtime_epoch": jobs.realtime_epoch,
         "job_trigger_interval": jobs.trigger_interval,
         "job_warehouse_trigger_interval": env_only.warehouse_trigger_interval,
         "job_analytics_trigger_interval": env_only.analytics_trigger_interval,
