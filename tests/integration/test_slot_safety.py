@@ -75,7 +75,7 @@ def _others_caught_up(conn: psycopg.Connection, slot: str) -> bool:
 
 
 def _invalidate(stack: StackSettings, slot: str) -> None:
-    """Push the inactive slot four segments behind, then checkpoint once under a lowered cap."""
+    """Push the inactive slot four segments behind, then checkpoint under a lowered cap until it is lost."""
     with _owner(stack) as conn:
         for _ in range(4):
             conn.execute("SELECT pg_logical_emit_message(false, 'tideline-test', 'wal')")  # a switch needs new WAL
@@ -83,9 +83,17 @@ def _invalidate(stack: StackSettings, slot: str) -> None:
         wait_until(lambda: _others_caught_up(conn, slot), 120, "every other active slot to catch up")
         try:
             _set_keep_size(conn, LOWERED_KEEP)
-            conn.execute("CHECKPOINT")
+            # The checkpointer takes the lowered cap at its own reload, not this session's: a checkpoint
+            # that ran before that (or one already running) keeps the slot. Checkpoint until one drops it.
+            wait_until(lambda: _checkpoint_lost(conn, slot), 60, "a checkpoint under the lowered cap to invalidate the slot",
+                       interval=1)
         finally:
             _set_keep_size(conn, stack.postgres_max_slot_wal_keep_size)
+
+
+def _checkpoint_lost(conn: psycopg.Connection, slot: str) -> bool:
+    conn.execute("CHECKPOINT")
+    return conn.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()[0] == "lost"
 
 
 def _insert_product(stack: StackSettings, name: str) -> int:
