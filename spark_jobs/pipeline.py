@@ -35,7 +35,7 @@ from spark_jobs.catalogue import Catalogue, LiveCatalogue
 from spark_jobs.changes.stream import decode_stream
 from spark_jobs.config import PipelineConfig, PipelineConfigError, load
 from spark_jobs.newest import newest_per_row
-from spark_jobs.realtime import require_slots, task_slots_of
+from spark_jobs.realtime import partitions_read, require_slots, task_slots_of
 from spark_jobs.realtime import start as start_realtime
 from spark_jobs.settings import JobSettings, SinkName
 from spark_jobs.sinks.base import Batch, Capability, Sink
@@ -173,15 +173,16 @@ def build_query(
     realtime = sink_name in settings.realtime_sinks and not available_now
     topics = [pipeline.topic(table) for table in sink.tables()]
     if realtime:
-        realtime_slots(spark, settings, pipeline, sink_name, len(topics) * pipeline.source.partitions)
-    sink.setup(spark, catalogue.current())
+        realtime_slots(spark, settings, pipeline, sink_name)
+    columns = catalogue.current()
+    sink.setup(spark, columns)
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", sink_name)  # the query's jobs run in its own pool
     checkpoint = checkpoint or settings.checkpoint_dir / sink_name
     starting = checkpoints.starting_offsets(checkpoint, topics, pipeline.source.partitions)
     name = f"tideline-{sink_name}" + ("" if checkpoint.name == sink_name else "-rebuild")
     records = source(spark, settings, topics, starting, None if realtime else settings.max_offsets_of(sink_name))
     if realtime:
-        return start_realtime(records, sink, catalogue.current(), settings, name=name, checkpoint=checkpoint)
+        return start_realtime(records, sink, columns, settings, name=name, checkpoint=checkpoint)
     stream = (
         records.writeStream.queryName(name)
         .foreachBatch(BatchWriter(sink, settings, catalogue))
@@ -191,16 +192,15 @@ def build_query(
     return stream.trigger(**trigger).start()
 
 
-def realtime_slots(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, sink_name: SinkName,
-                   partitions: int) -> None:
+def realtime_slots(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, sink_name: SinkName) -> None:
     """Refuse (SlotsError) a real-time query that would not get a task slot per partition it reads: the
     other real-time queries running hold theirs, and the micro-batch queries keep the configured master's."""
     running = {query.name for query in spark.streams.active}
-    held = sum(len(pipeline.sink_tables(other)) * pipeline.source.partitions for other in settings.realtime_sinks
+    held = sum(partitions_read(pipeline, other) for other in settings.realtime_sinks
                if other != sink_name and f"tideline-{other}" in running)
     micro_batch = [sink for sink in settings.sinks if sink not in settings.realtime_sinks]
     reserved = (task_slots_of(settings.master) or 0) if micro_batch else 0
-    require_slots(spark, sink_name, partitions, held, reserved)
+    require_slots(spark, sink_name, partitions_read(pipeline, sink_name), held, reserved)
 
 
 @dataclass

@@ -42,10 +42,14 @@ class SlotsError(RuntimeError):
     """A real-time query would get fewer task slots than the Kafka partitions it reads."""
 
 
+def partitions_read(pipeline: PipelineConfig, sink: str) -> int:
+    """The Kafka partitions `sink`'s query reads (each change topic has `source.partitions`)."""
+    return len(pipeline.sink_tables(sink)) * pipeline.source.partitions
+
+
 def needed_slots(settings: JobSettings, pipeline: PipelineConfig) -> int:
     """Task slots the configured real-time queries hold: one per partition of each topic they read."""
-    return sum(len(pipeline.sink_tables(sink)) * pipeline.source.partitions
-               for sink in settings.realtime_sinks if sink in settings.sinks)
+    return sum(partitions_read(pipeline, sink) for sink in settings.realtime_sinks if sink in settings.sinks)
 
 
 def local_master(settings: JobSettings, pipeline: PipelineConfig) -> str | None:
@@ -104,4 +108,4 @@ def start(records: DataFrame, sink: Sink, catalogue: Catalogue, settings: JobSet
     return StreamingQuery(java_query)
 
 
-__all__ = ["SlotsError", "local_master", "needed_slots", "require_slots", "start", "task_slots_of"]
+__all__ = ["SlotsError", "local_master", "needed_slots", "partitions_read", "require_slots", "start", "task_slots_of"]
