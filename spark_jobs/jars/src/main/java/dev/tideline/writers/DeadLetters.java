@@ -16,7 +16,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * One writer epoch's dead letters: the rows the store refused (built here, as Python's
- * {@code DeadLetter.encode} builds them, with no value) and the letters Spark SQL already built.
+ * {@code DeadLetter.encode} builds them, with no value) and the letters Spark SQL already built; and
+ * the writer's other records on the same producer ({@link #send}, e.g. the search sink's touches).
  * Sends are asynchronous; {@link #awaitSent} waits until every one is acknowledged, which the writer
  * does before its epoch's offsets are committed. Nothing is dropped: a letter sent twice (a replayed
  * epoch) is recognisable by its origin.
@@ -29,23 +30,41 @@ public final class DeadLetters {
     Future<?> send(byte[] letter);
   }
 
+  /** Sends one record (its key is null) to any topic. */
+  @FunctionalInterface
+  public interface Sender {
+    Future<?> send(String topic, byte[] value);
+  }
+
   // One producer per bootstrap per executor JVM: every task's writer, every epoch, shares it.
   private static final ConcurrentHashMap<String, Producer<byte[], byte[]>> PRODUCERS = new ConcurrentHashMap<>();
 
   private final String stage;
   private final Transport transport;
+  private final Sender others;
   private final LongSupplier clock;
   private final List<Future<?>> sent = new ArrayList<>();
 
   public DeadLetters(String stage, Transport transport, LongSupplier clock) {
+    this(stage, transport, (topic, value) -> {
+      throw new IllegalStateException("these dead letters send no other records");
+    }, clock);
+  }
+
+  public DeadLetters(String stage, Transport transport, Sender others, LongSupplier clock) {
     this.stage = stage;
     this.transport = transport;
+    this.others = others;
     this.clock = clock;
   }
 
-  /** Letters produced to {@code topic}; the shared producer is created on the first letter only. */
+  /**
+   * Letters produced to {@code topic}, other records to theirs; the shared producer is created on the
+   * first record only.
+   */
   public static DeadLetters kafka(String bootstrap, String topic, String stage) {
     return new DeadLetters(stage, letter -> producer(bootstrap).send(new ProducerRecord<>(topic, null, letter)),
+        (other, value) -> producer(bootstrap).send(new ProducerRecord<>(other, null, value)),
         System::currentTimeMillis);
   }
 
@@ -56,13 +75,21 @@ public final class DeadLetters {
 
   /** A letter built before the writer (a record that could not be decoded or was refused in SQL). */
   public void forward(byte[] letter) {
-    Future<?> future = transport.send(letter);
+    track(transport.send(letter));
+  }
+
+  /** A record for another topic than the letters' (key null), awaited with them. */
+  public void send(String topic, byte[] value) {
+    track(others.send(topic, value));
+  }
+
+  private void track(Future<?> future) {
     synchronized (sent) {
       sent.add(future);
     }
   }
 
-  /** Waits until every letter sent so far is acknowledged (acks=all); throws the first failure. */
+  /** Waits until every letter and record sent so far is acknowledged (acks=all); throws the first failure. */
   public void awaitSent() throws Exception {
     List<Future<?>> waiting;
     synchronized (sent) {

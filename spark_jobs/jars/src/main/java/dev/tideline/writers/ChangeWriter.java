@@ -1,0 +1,123 @@
+package dev.tideline.writers;
+
+import java.util.List;
+import org.apache.spark.sql.ForeachWriter;
+import org.apache.spark.sql.Row;
+
+/**
+ * The life cycle the sinks' Real-Time Mode writers share: Spark calls {@link #process} as each Kafka
+ * record arrives, and {@link #open}/{@link #close} around each epoch of a long-running task. Python built
+ * every row with Spark SQL (writer_rows); a writer only ships them, by the row's {@code kind}:
+ * <ul>
+ *   <li>{@code "row"}: a change, buffered ({@link ChangeBuffer}) and shipped a chunk at a time
+ *       ({@link #shipChunk}); a row the store refuses becomes a dead letter with its reason.
+ *   <li>{@code "truncate"}: after every row before it, applied to the store ({@link #truncate}).
+ *   <li>{@code "letter"}: a dead letter already built, produced as it is.
+ * </ul>
+ * An epoch is committed only once every row is shipped and every letter acknowledged; any failure fails
+ * the task and the epoch is replayed (the stores' version guards make a replay a no-op). A subclass
+ * keeps what is its own: its store, how a row becomes a change, how a truncate and a chunk are applied.
+ *
+ * @param <C> one buffered change
+ */
+public abstract class ChangeWriter<C> extends ForeachWriter<Row> {
+
+  private static final long serialVersionUID = 1L;
+
+  private final String threadPrefix;
+  private final String kafkaBootstrap;
+  private final String deadLetterTopic;
+  final String stage;
+  final int maxRows;
+  private final int lingerMs;
+
+  // Per executor copy, per epoch: the epoch's letters (and anything else it produces) and its buffer.
+  private transient DeadLetters letters;
+  private transient ChangeBuffer<C> buffer;
+
+  /** {@code threadPrefix} names each task's flusher thread, followed by its partition id. */
+  ChangeWriter(String threadPrefix, String kafkaBootstrap, String deadLetterTopic, String stage, int maxRows,
+               int lingerMs) {
+    if (maxRows < 1) throw new IllegalArgumentException("maxRows must be at least 1, not " + maxRows);
+    this.threadPrefix = threadPrefix;
+    this.kafkaBootstrap = kafkaBootstrap;
+    this.deadLetterTopic = deadLetterTopic;
+    this.stage = stage;
+    this.maxRows = maxRows;
+    this.lingerMs = lingerMs;
+  }
+
+  /** Creates the store (and its back-off) unless this executor copy has one: it lives as long as the task. */
+  abstract void openStore();
+
+  /** A row of kind "row": the change to buffer. */
+  abstract C change(Row row);
+
+  /**
+   * Reads a row of kind "truncate" now, and returns what applies it to the store once every row before
+   * it is shipped; {@code letters} are the epoch's, for what it produces.
+   */
+  abstract ChangeBuffer.Action truncate(Row row, DeadLetters letters);
+
+  /** Applies one chunk of changes, in order, and sends a dead letter for each the store refused. */
+  abstract void shipChunk(List<C> chunk, DeadLetters letters) throws Exception;
+
+  @Override
+  public boolean open(long partitionId, long epochId) {
+    if (buffer != null) buffer.abort(); // an epoch that was never closed: its rows are replayed
+    openStore();
+    letters = DeadLetters.kafka(kafkaBootstrap, deadLetterTopic, stage);
+    DeadLetters epochLetters = letters; // the flusher ships this epoch's chunks with this epoch's letters
+    buffer = new ChangeBuffer<>(maxRows, lingerMs, chunk -> shipChunk(chunk, epochLetters),
+        threadPrefix + partitionId);
+    return true;
+  }
+
+  @Override
+  public void process(Row row) {
+    try {
+      String kind = row.getAs("kind");
+      switch (kind) {
+        case "row" -> buffer.add(change(row));
+        case "truncate" -> buffer.flushThen(truncate(row, letters));
+        case "letter" -> {
+          buffer.check();
+          letters.forward(row.getAs("letter"));
+        }
+        default -> throw new IllegalArgumentException("a writer row of unknown kind " + kind);
+      }
+    } catch (Exception e) {
+      throw sneaky(e);
+    }
+  }
+
+  @Override
+  public void close(Throwable error) {
+    ChangeBuffer<C> closing = buffer;
+    buffer = null;
+    if (closing == null) return;
+    if (error != null) {
+      closing.abort(); // the epoch is replayed: what is buffered will come again
+      return;
+    }
+    try {
+      closing.close(); // every row applied (or its letter sent) ...
+      letters.awaitSent(); // ... and everything produced acknowledged, before Spark commits the epoch
+    } catch (Exception e) {
+      closing.abort();
+      throw sneaky(e);
+    }
+  }
+
+  /** The Kafka record a writer row came from (its {@code origin} column). */
+  static Origin origin(Row row) {
+    Row origin = row.getStruct(row.fieldIndex("origin"));
+    return new Origin(origin.getAs("topic"), origin.<Integer>getAs("partition"), origin.<Long>getAs("offset"));
+  }
+
+  /** Throws a checked exception unchanged (Spark's process/close declare none), e.g. an InterruptedException. */
+  @SuppressWarnings("unchecked")
+  private static <E extends Throwable> E sneaky(Throwable error) throws E {
+    throw (E) error;
+  }
+}
