@@ -22,6 +22,7 @@ from pyspark.sql.types import (
 from spark_jobs.catalogue import Column, TableSchema
 from spark_jobs.config import WindowSpec
 from spark_jobs.event_windows import window_starts
+from spark_jobs.sinks.delta._history import as_versions, moved_images
 from spark_jobs.sinks.delta._plan import plan_table
 from spark_jobs.sinks.delta._source import image, key_of_row_id, merge_source, rejected, with_images
 from spark_jobs.sinks.delta._types import as_text, fits, spark_type, typed, unreadable
@@ -140,6 +141,22 @@ def test_with_images_fills_only_a_moved_creates_unavailable_columns(spark):  # n
     found = {r["row_id"]: r for r in with_images(frame(spark, [create, other]), images).collect()}
     assert found["100"]["after"] == {"id": "100", "name": "moved", "description": "long"} and found["100"]["unavailable"] == []
     assert found["5"]["unavailable"] == ["description"] and "description" not in found["5"]["after"]
+
+
+def test_a_moved_rows_history_takes_the_old_keys_newest_version_below_the_move(spark):  # noqa: F811
+    """Deleted, re-inserted and moved in one batch: the re-insert's description, not the stored one's."""
+    plan = plan_table("products", PRODUCTS, None, [], [])
+    stored = as_versions(merge_source(frame(spark, [change((1, 0), key=1, after={"id": "1", "description": "first"})]),
+                                      plan), plan)
+    batch = [change((2, 0), op="d", key=1), change((3, 0), op="c", key=1, after={"id": "1", "description": "second"}),
+             change((4, 0), op="d", key=1, moved=True),
+             change((4, 0), op="c", key=9, after={"id": "9", "name": "n"}, unavailable=("description",), old_row_id="1")]
+    images = {r["_old"]: r["_image"] for r in moved_images(stored, frame(spark, batch), plan).collect()}
+    assert images["1"]["description"] == "second"
+    from_history = {r["_old"]: r["_image"] for r in moved_images(stored, frame(spark, batch[3:]), plan).collect()}
+    assert from_history["1"]["description"] == "first", "nothing of the old key in the batch: the stored version"
+    deleted = moved_images(stored, frame(spark, [batch[0], batch[3]]), plan).collect()
+    assert deleted == [], "a delete just before the move leaves nothing to take"
 
 
 def test_window_assignment_in_sql_matches_the_pure_rule(spark):  # noqa: F811

@@ -35,7 +35,7 @@ from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, VERSION_MAJOR, VERSI
 from spark_jobs.sinks.delta._facts import Facts, collect_facts
 from spark_jobs.sinks.delta._merge import KEEP, OP
 from spark_jobs.sinks.delta._plan import TablePlan, plan_table
-from spark_jobs.sinks.delta._source import merge_source, rejected
+from spark_jobs.sinks.delta._source import image, key_of_row_id, merge_source, rejected, with_images
 from spark_jobs.sinks.delta._tables import Tables
 from spark_jobs.sinks.delta._version import Version, newer, quote
 from spark_jobs.sinks.delta.layout import IS_CURRENT, SOURCE_OP, UNAVAILABLE, VALID_FROM, VALID_TO
@@ -98,6 +98,24 @@ def intervals(stored: DataFrame, arriving: DataFrame, keys: list[str]) -> DataFr
     )
 
 
+def moved_images(history: DataFrame, changes: DataFrame, plan: TablePlan) -> DataFrame:
+    """(_old, _image) per old row id of the batch's primary-key moves with unchanged-TOAST columns: the
+    old key's data columns as text in its newest version below the move, from the batch's changes or
+    the stored `history` (none if that version is a delete). Without it a moved row's first version
+    would have nothing to inherit from: inheritance runs within one key."""
+    moves = (changes.where(F.col("after").isNotNull() & F.col("old_row_id").isNotNull() & (F.size("unavailable") > 0))
+             .groupBy(F.col("old_row_id").alias("_old")).agg(F.max("version").alias("_move")))
+    data = set(plan.data_columns)
+    batch = changes.join(moves, changes["row_id"] == moves["_old"]).where(F.col("version") < F.col("_move")).select(
+        "_old", F.col("version").alias("_at"), F.map_filter("after", lambda k, _: k.isin(*data)).alias("_image"))
+    at = F.struct(F.col(VERSION_MAJOR).alias("major"), F.col(VERSION_MINOR).alias("minor"))
+    stored = history.join(moves.select("*", *key_of_row_id(F.col("_old"), plan)), list(plan.keys)) \
+        .where(at < F.col("_move")) \
+        .select("_old", at.alias("_at"), F.when(~F.col(SOURCE_OP).isin(*ENDS), image(plan)).alias("_image"))
+    newest = batch.unionByName(stored).groupBy("_old").agg(F.max_by("_image", "_at").alias("_image"))
+    return newest.where(F.col("_image").isNotNull())
+
+
 class History:
     """The history tables of one warehouse."""
 
@@ -141,6 +159,9 @@ class History:
             plan = self._plan(spark, table, table_facts, catalogue)
             self._ensure(spark, plan)
             changes = mine.where((F.col("table") == table) & (F.col("op") != "t"))
+            if table_facts.moved_fills:
+                stored = spark.read.format("delta").load(self.path(table))
+                changes = with_images(changes, moved_images(stored, changes, plan))
             if table_facts.rows:
                 self._merge(spark, plan, as_versions(merge_source(changes, plan), plan))
                 found.append(rejected(changes.drop("tomb"), plan))
@@ -189,4 +210,4 @@ class History:
         self._merge(spark, plan, closing)
 
 
-__all__ = ["HISTORY_META", "History", "as_versions", "intervals"]
+__all__ = ["HISTORY_META", "History", "as_versions", "intervals", "moved_images"]
