@@ -4,7 +4,12 @@ the supervisor (a failed query) and a query waiting for its store."""
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+log = logging.getLogger("tideline.backoff")
 
 
 @dataclass
@@ -29,4 +34,13 @@ class Backoff:
         self.current_s = self.first_s
 
 
-__all__ = ["Backoff"]
+def wait_until(ready: Callable[[], bool], what: str) -> None:
+    """Return once `ready()` is true, checking with back-off and logging `what` waits."""
+    backoff = Backoff()
+    while not ready():
+        delay = backoff.after()
+        log.warning("%s waits %.0fs", what, delay)
+        time.sleep(delay)  # back-off while the store is down
+
+
+__all__ = ["Backoff", "wait_until"]

@@ -30,12 +30,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs import checkpoints, control, dead_letters, reload
-from spark_jobs.backoff import Backoff
+from spark_jobs.backoff import Backoff, wait_until
 from spark_jobs.catalogue import Catalogue, LiveCatalogue
 from spark_jobs.changes.stream import decode_stream
 from spark_jobs.config import PipelineConfig, PipelineConfigError, load
 from spark_jobs.newest import newest_per_row
 from spark_jobs.realtime import partitions_read, require_slots, task_slots_of
+from spark_jobs.realtime import create_topic, follow_up
 from spark_jobs.realtime import start as start_realtime
 from spark_jobs.settings import JobSettings, SinkName
 from spark_jobs.sinks.base import Batch, Capability, Sink
@@ -80,15 +81,16 @@ def source(spark: SparkSession, settings: JobSettings, topics: list[str], starti
         .option("subscribe", ",".join(topics))
         .option("startingOffsets", starting)
         .option("failOnDataLoss", "true")
-        # A task reading a partition up to the batch's end offset waited the consumer's default
-        # fetch.max.wait.ms (500 ms) per partition while producers were active: measured 2.5-3 s
-        # of a 3 s batch. The offsets Spark asks for always exist, so a short wait costs nothing.
-        .option("kafka.fetch.max.wait.ms", "10")
         # Debezium's primary-key change headers (the moved row's old key).
         .option("includeHeaders", "true")
     )
     if max_offsets is not None:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+        # A task reading a partition up to the batch's end offset waited the consumer's default
+        # fetch.max.wait.ms (500 ms) per partition while producers were active: measured 2.5-3 s
+        # of a 3 s batch. The offsets Spark asks for always exist, so a short wait costs nothing.
+        # Not in Real-Time Mode: its tasks poll for as long as the query runs, and a fetch returns
+        # as soon as a record arrives anyway, so 10 ms would only make idle tasks ask 100 times a second.
+        reader = reader.option("kafka.fetch.max.wait.ms", "10").option("maxOffsetsPerTrigger", str(max_offsets))
     return reader.load().select("topic", "partition", "offset", "key", "value", "headers")
 
 
@@ -144,13 +146,8 @@ class BatchWriter:
         """Hold this query (only this one) until its store answers. Launching tasks against a store
         that is down would fail the job, and aborted tasks can take down Python workers and py4j
         calls that other queries share: measured with Elasticsearch stopped, it stopped Redis too."""
-        if not self.sink.can(Capability.WAITS_FOR_STORE):
-            return
-        backoff = Backoff()
-        while not self.sink.available():
-            delay = backoff.after()
-            log.warning("%s store unavailable; batch %s waits %.0fs", self.sink.name, batch_id, delay)
-            time.sleep(delay)  # back-off while the store is down
+        if self.sink.can(Capability.WAITS_FOR_STORE):
+            wait_until(self.sink.available, f"{self.sink.name} store unavailable; batch {batch_id}")
 
 
 def build_query(
@@ -182,7 +179,12 @@ def build_query(
     name = f"tideline-{sink_name}" + ("" if checkpoint.name == sink_name else "-rebuild")
     records = source(spark, settings, topics, starting, None if realtime else settings.max_offsets_of(sink_name))
     if realtime:
-        return start_realtime(records, sink, columns, settings, name=name, checkpoint=checkpoint)
+        query = start_realtime(records, sink, columns, settings, name=name, checkpoint=checkpoint)
+        if (topic := sink.follow_up_topic()) is None:
+            return query
+        create_topic(settings.kafka_bootstrap, topic)
+        follow = source(spark, settings, [topic], "earliest", settings.max_offsets_per_trigger)
+        return follow_up(query, follow, sink, settings, checkpoint=checkpoint.with_name(f"{checkpoint.name}-follow-up"))
     stream = (
         records.writeStream.queryName(name)
         .foreachBatch(BatchWriter(sink, settings, catalogue))
@@ -198,8 +200,9 @@ def realtime_slots(spark: SparkSession, settings: JobSettings, pipeline: Pipelin
     running = {query.name for query in spark.streams.active}
     held = sum(partitions_read(pipeline, other) for other in settings.realtime_sinks
                if other != sink_name and f"tideline-{other}" in running)
-    micro_batch = [sink for sink in settings.sinks if sink not in settings.realtime_sinks]
-    reserved = (task_slots_of(settings.master) or 0) if micro_batch else 0
+    # The micro-batch queries' slots, follow-up queries of real-time sinks included (local_master adds
+    # the real-time slots on top of these).
+    reserved = task_slots_of(settings.master) or 0
     require_slots(spark, sink_name, partitions_read(pipeline, sink_name), held, reserved)
 
 
@@ -293,6 +296,7 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
                 continue
             if state.query is not None:
                 state.last_error = str(state.query.exception() or "stopped")[:500]
+                state.query.stop()  # a query group's other query may still run: its name must be free again
                 wait = state.backoff.after(now - state.started_at)
                 log.error("query %s stopped: %s; restarting in %.0fs", sink, state.last_error, wait)
                 state.query, state.retry_at = None, now + wait

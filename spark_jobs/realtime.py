@@ -96,7 +96,7 @@ def start(records: DataFrame, sink: Sink, catalogue: Catalogue, settings: JobSet
     from spark_jobs.changes.stream import decode_stream
 
     spark = records.sparkSession
-    rows = sink.writer_rows(decode_stream(records, sink.tables(), catalogue))
+    rows = sink.writer_rows(decode_stream(records, sink.tables(), catalogue), catalogue)
     jvm = spark.sparkContext._jvm
     writer = sink.writer(jvm, LetterTopic(settings.kafka_bootstrap, settings.dlq_topic))
     java_query = (
@@ -108,4 +108,81 @@ def start(records: DataFrame, sink: Sink, catalogue: Catalogue, settings: JobSet
     return StreamingQuery(java_query)
 
 
-__all__ = ["SlotsError", "local_master", "needed_slots", "partitions_read", "require_slots", "start", "task_slots_of"]
+class FollowUpWriter:
+    """The foreachBatch function of a real-time sink's follow-up query (on the driver): waits for the
+    store, applies the batch (`Sink.follow_up`) and writes what it rejected as dead letters."""
+
+    def __init__(self, sink: Sink, settings: JobSettings) -> None:
+        self.sink = sink
+        self.settings = settings
+
+    def __call__(self, records: DataFrame, batch_id: int) -> None:
+        from spark_jobs import dead_letters
+        from spark_jobs.backoff import wait_until
+
+        wait_until(self.sink.available, f"{self.sink.name} store unavailable; follow-up batch {batch_id}")
+        rejected = dead_letters.letters(self.sink.follow_up(records), f"apply:{self.sink.name}")
+        dead_letters.write(rejected, self.settings.kafka_bootstrap, self.settings.dlq_topic)
+
+
+class QueryGroup:
+    """A real-time query and its follow-up micro-batch query, supervised as one: active while both are,
+    stopped together (the supervisor then starts both again), progress from the real-time one."""
+
+    def __init__(self, main: StreamingQuery, follow: StreamingQuery) -> None:
+        self.queries = (main, follow)
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802 - StreamingQuery's name
+        return all(query.isActive for query in self.queries)
+
+    @property
+    def lastProgress(self) -> dict | None:  # noqa: N802 - StreamingQuery's name
+        return self.queries[0].lastProgress
+
+    def exception(self) -> object:
+        return next((error for query in self.queries if (error := query.exception()) is not None), None)
+
+    def stop(self) -> None:
+        for query in self.queries:
+            if query.isActive:
+                query.stop()
+
+
+# A follow-up topic's records matter until the follow-up query has read them: a day covers a stopped driver.
+FOLLOW_UP_RETENTION_MS = 24 * 3600 * 1000
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    """Create a follow-up topic if it is missing (one partition, kept a day): a Spark query subscribed
+    to a missing topic stops at start-up, and the writer produces to it only once a change arrives."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        if topic not in set(admin.list_topics()):
+            admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1,
+                                          topic_configs={"retention.ms": str(FOLLOW_UP_RETENTION_MS)})])
+    except TopicAlreadyExistsError:
+        pass  # another driver created it first
+    finally:
+        admin.close()
+
+
+def follow_up(main: StreamingQuery, records: DataFrame, sink: Sink, settings: JobSettings, *,
+              checkpoint: Path) -> QueryGroup:
+    """Start `sink`'s follow-up query on `records` (its `follow_up_topic`, as micro-batches on the
+    micro-batch queries' trigger) beside its real-time query `main`."""
+    query = (
+        records.writeStream.queryName(f"{main.name}-follow-up")
+        .foreachBatch(FollowUpWriter(sink, settings))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime=settings.trigger_interval)
+        .start()
+    )
+    return QueryGroup(main, query)
+
+
+__all__ = ["FollowUpWriter", "QueryGroup", "SlotsError", "create_topic", "follow_up", "local_master", "needed_slots", "partitions_read",
+           "require_slots", "start", "task_slots_of"]

@@ -23,7 +23,7 @@ SINKS: tuple[SinkName, ...] = ("search", "cache", "warehouse", "analytics")
 # The queries that write Delta tables; the others ship to stores that answer reads within seconds.
 DELTA_SINKS: tuple[SinkName, ...] = ("warehouse", "analytics")
 # The queries that can run in Spark's Real-Time Mode: a JVM writer ships their rows (docs/apply.md).
-REALTIME_CAPABLE: tuple[SinkName, ...] = ("cache",)
+REALTIME_CAPABLE: tuple[SinkName, ...] = ("search", "cache")
 
 
 def sink_names(value: object) -> object:
@@ -100,7 +100,7 @@ class JobSettings(BaseSettings):
     def _has_a_writer(cls, sinks: list[SinkName]) -> list[SinkName]:
         if unable := [sink for sink in sinks if sink not in REALTIME_CAPABLE]:
             raise ValueError(f"{', '.join(unable)} cannot run in Real-Time Mode yet (only "
-                             f"{', '.join(REALTIME_CAPABLE)} has a JVM writer): remove it from the list")
+                             f"{', '.join(REALTIME_CAPABLE)} have a JVM writer): remove it from the list")
         return sinks
 
     @field_validator("delta_driver_nice", mode="before")

@@ -117,15 +117,26 @@ class Sink(ABC):
         """WAITS_FOR_STORE: whether the store answers (on the driver, before each batch)."""
         raise NotImplementedError(f"{self.name} does not wait for its store")
 
-    def writer_rows(self, changes: DataFrame) -> DataFrame:
+    def writer_rows(self, changes: DataFrame, catalogue: Catalogue) -> DataFrame:
         """REAL_TIME: the decoded stream (`CHANGE` rows, dead letters included, in partition order) as
-        the rows this sink's JVM writer takes; no shuffle, aggregation or Python in the plan."""
+        the rows this sink's JVM writer takes, planned with `catalogue` (the query restarts when its
+        tables' columns change); no shuffle, aggregation or Python in the plan."""
         raise NotImplementedError(f"{self.name} has no real-time writer")
 
     def writer(self, jvm: Any, letters: LetterTopic) -> Any:
         """REAL_TIME: the JVM ForeachWriter (a py4j object, built after `setup`) that ships `writer_rows`,
         sending what its store refuses to `letters` with the reason."""
         raise NotImplementedError(f"{self.name} has no real-time writer")
+
+    def follow_up_topic(self) -> str | None:
+        """REAL_TIME: a topic the JVM writer produces to once a change is applied, for a micro-batch
+        query of this sink's own to finish the work Python does (search: its nested views); None if none."""
+        return None
+
+    def follow_up(self, records: DataFrame) -> DataFrame:
+        """REAL_TIME with a `follow_up_topic`: one micro-batch of that topic's records (Kafka's columns)
+        applied; returns the rejected rows like `write` (lazy: the caller runs it)."""
+        raise NotImplementedError(f"{self.name} has no follow-up query")
 
     def folders(self) -> list[str]:
         """OWNS_FOLDERS: every folder the sink writes."""

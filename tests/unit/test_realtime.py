@@ -23,8 +23,10 @@ def test_the_real_time_sinks_are_read_as_a_list_or_names_and_unknown_writers_ref
     assert read_settings().realtime_sinks == ["cache"]
     monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", '["cache"]')
     assert read_settings().realtime_sinks == ["cache"]
-    monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", "search")
-    with pytest.raises(ValueError, match="^invalid setting TIDE_JOB_REALTIME_SINKS: .*search cannot run in Real-Time"):
+    monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", "search,cache")
+    assert read_settings().realtime_sinks == ["search", "cache"]
+    monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", "warehouse")
+    with pytest.raises(ValueError, match="^invalid setting TIDE_JOB_REALTIME_SINKS: .*warehouse cannot run in Real-Time"):
         read_settings()
 
 

@@ -17,7 +17,7 @@ from elasticsearch import Elasticsearch
 
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
-from spark_jobs.sinks.base import Batch, Capability, Sink
+from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR, Batch, Capability, LetterTopic, Sink
 from spark_jobs.sinks.elasticsearch import _mapping, _store
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES, WATERMARKS
 from spark_jobs.sinks.elasticsearch._store import ElasticsearchSinkError
@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 
 # A nested view's index starts with its reference list only; fields follow the flat indices' mappings.
 _NESTED_PROPERTIES = {"tl_refs": {"type": "keyword"}}
+# The real-time writer: a lone change waits this long for company before its bulk request goes out.
+LINGER_MS = 5
+# ... and the indices it wrote are refreshed (made searchable) at most this often, by one thread per
+# executor JVM: a refresh per bulk request would cost Elasticsearch more than the writes under load.
+REFRESH_MS = 100
+# How long the create of a moved row's new key waits for the move's delete of the old key (another
+# Kafka partition, so another task) to be applied, whose tombstone holds the unchanged-TOAST values.
+MOVE_WAIT_MS = 30_000
 
 
 class ElasticsearchSink(Sink):
@@ -35,12 +43,16 @@ class ElasticsearchSink(Sink):
     watermarks belong to the alias, so the live and the rebuild index share them."""
 
     name = "search"
-    capabilities = frozenset({Capability.SINGLE_PASS, Capability.WAITS_FOR_STORE, Capability.SWAPS_ON_REBUILD})
+    capabilities = frozenset({Capability.SINGLE_PASS, Capability.WAITS_FOR_STORE, Capability.SWAPS_ON_REBUILD,
+                              Capability.REAL_TIME})
 
     def __init__(self, url: str, pipeline: PipelineConfig, bulk_size: int = 1000, targets: dict[str, str] | None = None,
                  shards: int = 1, replicas: int = 0, nested_targets: dict[str, str] | None = None) -> None:
         super().__init__(pipeline)
         self.url = url
+        # Real-Time Mode: the writer produces here what each applied change means for the nested views,
+        # and the sink's follow-up query rebuilds those documents (spark_jobs/realtime.py).
+        self.touches_topic = f"{pipeline.source.topic_prefix}.search-touches"
         self.bulk_size = bulk_size
         self.targets = dict(targets or {})
         self.nested_targets = dict(nested_targets or {})
@@ -165,14 +177,54 @@ class ElasticsearchSink(Sink):
         flat = prepared.mapInArrow(Shipper(self.url, self.bulk_size), REJECTED).repartition(1)
         if not self.pipeline.nested:
             return flat
-        from spark_jobs.sinks.elasticsearch._nested import NestedBuilder, touches
+        from spark_jobs.sinks.elasticsearch._nested import touches
 
         # The nested documents read the flat indices, so they are built only once every flat write is
         # done: `done` is one row that exists only after all the writing tasks have ended.
         done = flat.groupBy().count()
-        touched = touches(mine, self.pipeline.nested).crossJoin(done).drop("count").repartition(2, "view", "value")
+        return flat.unionByName(self._rebuild_nested(touches(mine, self.pipeline.nested).crossJoin(done).drop("count")))
+
+    def _rebuild_nested(self, touched: DataFrame) -> DataFrame:
+        """The nested documents the lookups (view, kind, value) reach, rebuilt from the flat indices on
+        the executors; no rows come back (a document that cannot be written fails the batch)."""
+        from spark_jobs.sinks.elasticsearch._nested import NestedBuilder
+        from spark_jobs.sinks.shipping import REJECTED
+
         builder = NestedBuilder(self.url, self.pipeline, self.targets, self.nested_targets, self.bulk_size)
-        return flat.unionByName(touched.mapInArrow(builder, REJECTED))
+        return touched.repartition(2, "view", "value").mapInArrow(builder, REJECTED)
+
+    # -- Real-Time Mode
+
+    def writer_rows(self, changes: DataFrame, catalogue: Catalogue) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        from spark_jobs.sinks.elasticsearch._documents import writer_rows
+        from spark_jobs.sinks.elasticsearch._nested import touch_values
+
+        tables = self.tables()
+        touches = touch_values(self.pipeline.nested) if self.pipeline.nested else F.array().cast("array<string>")
+        return writer_rows(changes, catalogue, tables, {t: self.alias(t) for t in tables},
+                           {t: self.target(t) for t in tables}, self._refused, touches, self.name)
+
+    def writer(self, jvm: Any, letters: LetterTopic) -> Any:
+        """spark_jobs/jars/src's SearchChangeWriter: the same compare-and-set writes as the micro-batch
+        shipper, then the nested views' lookups to `touches_topic` (none without nested views)."""
+        return jvm.dev.tideline.writers.SearchChangeWriter(
+            self.url, TOMBSTONES, WATERMARKS, VERSION_MAJOR, VERSION_MINOR, letters.bootstrap, letters.topic,
+            self.touches_topic if self.pipeline.nested else "", f"apply:{self.name}", self.bulk_size, LINGER_MS,
+            REFRESH_MS, MOVE_WAIT_MS)
+
+    def follow_up_topic(self) -> str | None:
+        return self.touches_topic if self.pipeline.nested else None
+
+    def follow_up(self, records: DataFrame) -> DataFrame:
+        """The nested views' documents the writer's lookups reach: each lookup was produced after its
+        change's flat write was acknowledged, so the flat state read here already holds the change."""
+        from pyspark.sql import functions as F
+
+        touch = F.from_json(F.col("value").cast("string"), "view string, kind string, value string").alias("t")
+        touched = records.select(touch).select("t.*").where(F.col("view").isin(*self.pipeline.nested)).distinct()
+        return self._rebuild_nested(touched)
 
 
 __all__ = ["ElasticsearchSink", "ElasticsearchSinkError"]

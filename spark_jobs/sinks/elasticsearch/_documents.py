@@ -155,3 +155,40 @@ def _error(after: Column, refused: Mapping[str, Mapping[str, str]]) -> Column:
         for column, reason in sorted(columns.items()):
             error = error.when((F.col("table") == table) & after[column].isNotNull(), F.lit(reason))
     return error
+
+
+# What the real-time writer (dev.tideline.writers.SearchChangeWriter) reads of each row.
+WRITER_COLUMNS = ("kind", "origin", "letter", "touches", "op", "moved", "alias", "target", "version", "row_id",
+                  "old_row_id", "unavailable", "keeps_objects", "doc", "partial", "tomb_doc", "head", "tomb_head",
+                  "old_head", "old_tomb_head")
+
+
+def writer_rows(changes: DataFrame, catalogue: Catalogue, tables: list[str], aliases: Mapping[str, str],
+                targets: Mapping[str, str], refused: Mapping[str, Mapping[str, str]], touches: Column,
+                sink: str) -> DataFrame:
+    """`changes` (CHANGE rows of the search tables, dead letters included, in partition order) → the
+    WRITER_COLUMNS the JVM writer takes in Real-Time Mode: `kind` row (the same documents and request
+    fragments the micro-batch shipper joins, plus the old key's heads for a primary-key move), truncate,
+    or letter (a dead letter, ready). `touches`: per change, the JSON lookups of the nested views it
+    may affect, which the writer produces once the change is applied (an empty array without views)."""
+    from spark_jobs.dead_letters import letter_value
+
+    undecoded = F.col("error").isNotNull()
+    prepared = changes.select(
+        *_document_columns(catalogue, tables, aliases, targets, refused),
+        undecoded.alias("undecoded"), "letter_value",
+        F.when(undecoded, letter_value(f"decode:{sink}", F.col("error"))).alias("decode_letter"),
+        F.when(~undecoded, touches).alias("touches"),
+    )
+    truncate, refused_here = F.col("op") == "t", F.col("error").isNotNull()
+    return prepared.select(
+        F.when(F.col("undecoded") | (~truncate & refused_here), F.lit("letter")).when(truncate, F.lit("truncate"))
+        .otherwise(F.lit("row")).alias("kind"),
+        "origin",
+        F.coalesce(F.col("decode_letter"), F.when(~truncate & refused_here, letter_value(f"apply:{sink}", F.col("error"))))
+        .alias("letter"),
+        *WRITER_COLUMNS[3:-2],
+        F.when(F.col("old_row_id").isNotNull(), _head(F.col("target"), F.col("old_row_id"))).alias("old_head"),
+        F.when(F.col("old_row_id").isNotNull(), _head(F.lit(TOMBSTONES), _id(F.col("alias"), F.col("old_row_id"))))
+        .alias("old_tomb_head"),
+    )

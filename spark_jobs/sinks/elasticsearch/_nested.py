@@ -67,12 +67,22 @@ def touches(changes: DataFrame, views: Mapping[str, NestedView]) -> DataFrame:
     changed row's own ref finds the documents it is in (renames, deletes, children moved away); a child's
     join column in its new image finds the row it now belongs to (new children); a root's key names its
     own document; a truncate finds every document holding a row of its table."""
-    return changes.select(_touch_column(views)).select("t.*").distinct()
+    from pyspark.sql import functions as F
+
+    return changes.select(F.explode(touch_array(views)).alias("t")).select("t.*").distinct()
+
+
+def touch_values(views: Mapping[str, NestedView]) -> Column:
+    """Every lookup of a change as a JSON object `{"view","kind","value"}` (an array, empty for most
+    changes): what the real-time writer produces to the touches topic once the change is applied."""
+    from pyspark.sql import functions as F
+
+    return F.transform(touch_array(views), lambda touch: F.to_json(touch))
 
 
 @reused
-def _touch_column(views: Mapping[str, NestedView]) -> Column:
-    """Every lookup of a change, exploded to one row each (built once: spark_jobs/expressions.py)."""
+def touch_array(views: Mapping[str, NestedView]) -> Column:
+    """Every lookup of a change, an array of (view, kind, value) structs (built once: spark_jobs/expressions.py)."""
     from pyspark.sql import functions as F
 
     found: list[Column] = []
@@ -91,8 +101,7 @@ def _touch_column(views: Mapping[str, NestedView]) -> Column:
                 found.append(_touch(name, "ref", F.concat(F.lit(f"{node_table(parent)}:"), owner)))
                 if isinstance(parent, NestedView):
                     found.append(_touch(name, "root", owner))
-    every = F.filter(F.array(*found), lambda touch: touch["value"].isNotNull())
-    return F.explode(every).alias("t")
+    return F.filter(F.array(*found), lambda touch: touch["value"].isNotNull())
 
 
 def _touch(view: str, kind: str, value: Column) -> Column:

@@ -173,7 +173,7 @@ class RedisSink(Sink):
         shipper = Shipper(self.url, self.key_prefix, self._apply, self._prune, self.chunk_rows)
         return commands(mine, self.key_prefix).mapInArrow(shipper, REJECTED)
 
-    def writer_rows(self, changes: DataFrame) -> DataFrame:
+    def writer_rows(self, changes: DataFrame, catalogue: Catalogue) -> DataFrame:
         from spark_jobs.sinks.redis._commands import writer_rows
 
         return writer_rows(changes, self.key_prefix, self.name)
