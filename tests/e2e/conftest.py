@@ -66,9 +66,9 @@ def run(request, stack: StackSettings, tmp_path_factory):
             "pipeline_file": state / "pipeline.yaml",
             "job_redis_db": REDIS_DB,
             "job_trigger_interval": "1 seconds",
-            # The cache's query runs in Real-Time Mode here (its JVM writer, docs/apply.md); the other
+            # Search and cache run in Real-Time Mode here (their JVM writers, docs/apply.md); the other
             # end-to-end routes (tide up, chaos, compose) run the default micro-batches.
-            "job_realtime_sinks": ["cache"],
+            "job_realtime_sinks": ["search", "cache"],
         }
     )
     redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB).flushdb()
