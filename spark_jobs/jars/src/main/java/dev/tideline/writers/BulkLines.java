@@ -73,8 +73,15 @@ final class BulkLines {
    * a delete whose row moved (its tombstone keeps the row's image for the new key).
    */
   static boolean rare(SearchChange c, boolean found) {
+    if (!mayBeRare(c)) return false;
     if (!c.upsert()) return c.moved();
     return (found && c.hasKeep() && c.keepsObjects()) || (!found && c.oldRowId() != null && c.hasKeep());
+  }
+
+  /** Whether {@link #rare} can hold for the change, whatever is stored: such a change's document is read whole. */
+  static boolean mayBeRare(SearchChange c) {
+    if (!c.upsert()) return c.moved();
+    return c.hasKeep() && (c.keepsObjects() || c.oldRowId() != null);
   }
 
   /**

@@ -38,23 +38,19 @@ final class RareLines {
     this.clockMs = clockMs;
   }
 
-  /** What became of a rare change: lines written, its document changed since the read, or not yet. */
-  enum Outcome { LINES, CHANGED, LATER }
+  /** What became of a rare change: lines written, or not yet. */
+  enum Outcome { LINES, LATER }
 
   /**
-   * Adds the lines of one rare change to {@code out}, given its document and tombstone as the round
-   * read them. CHANGED: the document changed since (decide it again). LATER: the create of a moved row
+   * Adds the lines of one rare change to {@code out}, given its document (with its whole
+   * {@code _source}) and tombstone as the round read them. LATER: the create of a moved row
    * whose old key is not settled yet, in a round with other rows ({@code mayWait} false): those go
    * first, so a task never waits on another while holding writes that task may be waiting for.
    * {@code deadlines}: per row, when a key move's wait ends, kept across the chunk's rounds.
    */
   Outcome lines(int owner, SearchChange c, Stored doc, Stored tomb, Map<Integer, Long> deadlines, boolean mayWait,
                 List<Line> out) throws IOException, InterruptedException {
-    Stored current = es.mget(List.of(Elastic.wholeEntry(c.head()))).get(0);
-    if (current.found() != doc.found() || current.seqNo() != doc.seqNo()
-        || current.primaryTerm() != doc.primaryTerm()) {
-      return Outcome.CHANGED;
-    }
+    Stored current = doc; // read whole by the round's _mget (BulkLines.mayBeRare)
     if (!c.upsert()) { // a delete whose row moved to another key: its image goes with the tombstone
       String image = current.found() ? withImage(c.tombDoc(), current.source()) : c.tombDoc();
       String action = tomb.found() ? "{\"index\":{" + c.tombHead() + tomb.cas() : "{\"create\":{" + c.tombHead();

@@ -133,31 +133,28 @@ public final class SearchStore {
     private List<Integer> decideAndWrite(List<Integer> active, List<Stored> read, Map<String, Version> marks,
                                          Set<Integer> later) throws IOException, InterruptedException {
       List<Line> lines = new ArrayList<>();
-      List<Integer> again = new ArrayList<>();
       List<Integer> waiting = new ArrayList<>(); // positions in active
       for (int k = 0; k < active.size(); k++) {
         int row = active.get(k);
         SearchChange c = rows.get(row);
         BulkLines.Outcome outcome = BulkLines.decide(row, c, marks.get(c.alias()), doc(read, k), tomb(read, k), lines);
-        if (outcome == BulkLines.Outcome.RARE) decideRare(k, active, read, false, lines, again, waiting);
+        if (outcome == BulkLines.Outcome.RARE) decideRare(k, active, read, false, lines, waiting);
       }
       if (lines.isEmpty()) { // nothing of this round for other tasks to wait on: wait for the old keys now
         List<Integer> postponed = List.copyOf(waiting);
         waiting.clear();
-        for (int k : postponed) decideRare(k, active, read, true, lines, again, waiting);
+        for (int k : postponed) decideRare(k, active, read, true, lines, waiting);
       }
       for (int k : waiting) later.add(active.get(k));
-      again.addAll(bulk(lines));
-      return again;
+      return bulk(lines);
     }
 
     private void decideRare(int k, List<Integer> active, List<Stored> read, boolean mayWait, List<Line> lines,
-                            List<Integer> again, List<Integer> waiting) throws IOException, InterruptedException {
+                            List<Integer> waiting) throws IOException, InterruptedException {
       int row = active.get(k);
-      switch (rare.lines(row, rows.get(row), doc(read, k), tomb(read, k), moveDeadlines, mayWait, lines)) {
-        case CHANGED -> again.add(row);
-        case LATER -> waiting.add(k);
-        case LINES -> { }
+      if (rare.lines(row, rows.get(row), doc(read, k), tomb(read, k), moveDeadlines, mayWait, lines)
+          == RareLines.Outcome.LATER) {
+        waiting.add(k);
       }
     }
 
@@ -174,7 +171,9 @@ public final class SearchStore {
       List<String> entries = new ArrayList<>(aliases.size() + 2 * active.size());
       for (String alias : aliases) entries.add(truncation.watermarkEntry(alias));
       for (int row : active) {
-        entries.add(es.versionEntry(rows.get(row).head()));
+        SearchChange c = rows.get(row);
+        // A change that may be decided per row needs the stored columns: read whole, in the same request.
+        entries.add(BulkLines.mayBeRare(c) ? Elastic.wholeEntry(c.head()) : es.versionEntry(c.head()));
         entries.add(es.versionEntry(rows.get(row).tombHead()));
       }
       return es.mget(entries);
