@@ -35,8 +35,7 @@ from spark_jobs.catalogue import Catalogue, LiveCatalogue
 from spark_jobs.changes.stream import decode_stream
 from spark_jobs.config import PipelineConfig, PipelineConfigError, load
 from spark_jobs.newest import newest_per_row
-from spark_jobs.realtime import partitions_read, require_slots, task_slots_of
-from spark_jobs.realtime import create_topic, follow_up
+from spark_jobs.realtime import create_topic, follow_up, partitions_read, require_slots, task_slots_of
 from spark_jobs.realtime import start as start_realtime
 from spark_jobs.settings import JobSettings, SinkName
 from spark_jobs.sinks.base import Batch, Capability, Sink

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from spark_jobs import dead_letters
+from spark_jobs.backoff import wait_until
 from spark_jobs.config import PipelineConfig
 from spark_jobs.settings import JobSettings
 from spark_jobs.sinks.base import LetterTopic
@@ -117,9 +119,6 @@ class FollowUpWriter:
         self.settings = settings
 
     def __call__(self, records: DataFrame, batch_id: int) -> None:
-        from spark_jobs import dead_letters
-        from spark_jobs.backoff import wait_until
-
         wait_until(self.sink.available, f"{self.sink.name} store unavailable; follow-up batch {batch_id}")
         rejected = dead_letters.letters(self.sink.follow_up(records), f"apply:{self.sink.name}")
         dead_letters.write(rejected, self.settings.kafka_bootstrap, self.settings.dlq_topic)
@@ -184,5 +183,5 @@ def follow_up(main: StreamingQuery, records: DataFrame, sink: Sink, settings: Jo
     return QueryGroup(main, query)
 
 
-__all__ = ["FollowUpWriter", "QueryGroup", "SlotsError", "create_topic", "follow_up", "local_master", "needed_slots", "partitions_read",
-           "require_slots", "start", "task_slots_of"]
+__all__ = ["FollowUpWriter", "QueryGroup", "SlotsError", "create_topic", "follow_up", "local_master", "needed_slots",
+           "partitions_read", "require_slots", "start", "task_slots_of"]

@@ -210,8 +210,8 @@ class ElasticsearchSink(Sink):
         """spark_jobs/jars/src's SearchChangeWriter: the same compare-and-set writes as the micro-batch
         shipper, then the nested views' lookups to `touches_topic` (none without nested views)."""
         return jvm.dev.tideline.writers.SearchChangeWriter(
-            self.url, TOMBSTONES, WATERMARKS, VERSION_MAJOR, VERSION_MINOR, letters.bootstrap, letters.topic,
-            self.touches_topic if self.pipeline.nested else "", f"apply:{self.name}", self.bulk_size, LINGER_MS,
+            self.url, WATERMARKS, VERSION_MAJOR, VERSION_MINOR, letters.bootstrap, letters.topic,
+            self.follow_up_topic() or "", f"apply:{self.name}", self.bulk_size, LINGER_MS,
             REFRESH_MS, MOVE_WAIT_MS)
 
     def follow_up_topic(self) -> str | None:

@@ -157,10 +157,11 @@ def _error(after: Column, refused: Mapping[str, Mapping[str, str]]) -> Column:
     return error
 
 
-# What the real-time writer (dev.tideline.writers.SearchChangeWriter) reads of each row.
-WRITER_COLUMNS = ("kind", "origin", "letter", "touches", "op", "moved", "alias", "target", "version", "row_id",
-                  "old_row_id", "unavailable", "keeps_objects", "doc", "partial", "tomb_doc", "head", "tomb_head",
-                  "old_head", "old_tomb_head")
+# What the real-time writer (dev.tideline.writers.SearchChangeWriter) reads of each row: the columns
+# it shares with the micro-batch shipper's rows, then its own.
+_SHARED_COLUMNS = ("moved", "alias", "target", "version", "row_id", "old_row_id", "unavailable", "keeps_objects",
+                   "doc", "partial", "tomb_doc", "head", "tomb_head")
+WRITER_COLUMNS = ("kind", "origin", "letter", "touches", *_SHARED_COLUMNS, "old_head", "old_tomb_head")
 
 
 def writer_rows(changes: DataFrame, catalogue: Catalogue, tables: list[str], aliases: Mapping[str, str],
@@ -187,7 +188,7 @@ def writer_rows(changes: DataFrame, catalogue: Catalogue, tables: list[str], ali
         "origin",
         F.coalesce(F.col("decode_letter"), F.when(~truncate & refused_here, letter_value(f"apply:{sink}", F.col("error"))))
         .alias("letter"),
-        *WRITER_COLUMNS[3:-2],
+        "touches", *_SHARED_COLUMNS,
         F.when(F.col("old_row_id").isNotNull(), _head(F.col("target"), F.col("old_row_id"))).alias("old_head"),
         F.when(F.col("old_row_id").isNotNull(), _head(F.lit(TOMBSTONES), _id(F.col("alias"), F.col("old_row_id"))))
         .alias("old_tomb_head"),

@@ -31,10 +31,6 @@ public class SearchChangeWriter extends ChangeWriter<SearchChange> {
   }
 
   private final String esUrl;
-  // Unused: the rows' tomb_head and old_tomb_head fragments already name the tombstones index. Kept so
-  // the constructor is the one Python calls (spark_jobs/sinks/elasticsearch).
-  @SuppressWarnings("unused")
-  private final String tombstonesIndex;
   private final String watermarksIndex;
   private final String majorField;
   private final String minorField;
@@ -47,12 +43,12 @@ public class SearchChangeWriter extends ChangeWriter<SearchChange> {
   private transient SearchStore store;
   private transient Backoff backoff;
 
-  public SearchChangeWriter(String esUrl, String tombstonesIndex, String watermarksIndex, String majorField,
+  // No tombstones index: the rows' tomb_head and old_tomb_head fragments name it.
+  public SearchChangeWriter(String esUrl, String watermarksIndex, String majorField,
                             String minorField, String kafkaBootstrap, String deadLetterTopic, String touchesTopic,
                             String stage, int maxRows, int lingerMs, int refreshMs, int moveWaitMs) {
     super("tideline-search-writer-", kafkaBootstrap, deadLetterTopic, stage, maxRows, lingerMs);
     this.esUrl = esUrl;
-    this.tombstonesIndex = tombstonesIndex;
     this.watermarksIndex = watermarksIndex;
     this.majorField = majorField;
     this.minorField = minorField;
