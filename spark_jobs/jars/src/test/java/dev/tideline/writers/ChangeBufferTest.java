@@ -9,8 +9,10 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.stream.IntStream;
 import org.junit.jupiter.api.Test;
 
@@ -38,11 +40,12 @@ class ChangeBufferTest {
   }
 
   @Test
-  void shipsEveryMaxRowsRowsAtOnceAndTheRestAtClose() throws Exception {
+  void shipsEveryMaxRowsRowsAsAChunkAndTheRestAtClose() throws Exception {
     Recorder recorder = new Recorder();
     ChangeBuffer<Integer> buffer = new ChangeBuffer<>(3, HOUR_MS, recorder, "test-flusher");
     for (int row = 0; row < 7; row++) buffer.add(row);
-    assertEquals(List.of(List.of(0, 1, 2), List.of(3, 4, 5)), recorder.flushes); // in add(), no waiting
+    Eventually.holds("two full chunks shipped", DEADLINE, () -> recorder.flushes.size() == 2);
+    assertEquals(List.of(List.of(0, 1, 2), List.of(3, 4, 5)), recorder.flushes); // full: no lingering
     assertEquals(1, buffer.pending());
     buffer.close();
     assertEquals(List.of(List.of(0, 1, 2), List.of(3, 4, 5), List.of(6)), recorder.flushes);
@@ -68,22 +71,49 @@ class ChangeBufferTest {
   }
 
   @Test
-  void orderIsKeptWhenBothThreadsFlush() throws Exception {
+  void orderIsKeptAcrossManyChunks() throws Exception {
     Recorder recorder = new Recorder();
-    // Linger 0: the flusher ships whatever it finds, while add() ships every 5 rows itself.
+    // Linger 0: the shipper takes whatever it finds, so chunk sizes vary with the race between threads.
     ChangeBuffer<Integer> buffer = new ChangeBuffer<>(5, 0, recorder, "test-flusher");
     int rows = 0;
     for (int burst = 0; burst < 2_000; burst++) {
       for (int i = 0; i <= burst % 12; i++) buffer.add(rows++);
-      // Now and then wait for the flusher to take what add() left (fewer than 5: add() never ships
-      // those), so both threads surely flush, and race the rest of the time.
-      if (burst % 100 == 0) Eventually.holds("the flusher's flush", DEADLINE, () -> buffer.pending() == 0);
+      if (burst % 100 == 0) buffer.flush();
     }
     buffer.close();
     assertEquals(IntStream.range(0, rows).boxed().toList(), recorder.shipped());
     assertTrue(recorder.flushes.stream().allMatch(flush -> !flush.isEmpty() && flush.size() <= 5));
-    assertTrue(recorder.threads.contains("test-flusher"), "the flusher never flushed");
-    assertTrue(recorder.threads.contains(Thread.currentThread().getName()), "add() never flushed");
+    assertTrue(recorder.threads.stream().allMatch("test-flusher"::equals), "a chunk was shipped by the task");
+  }
+
+  @Test
+  void theTaskFillsTheNextChunkWhileOneIsInFlight() throws Exception {
+    CountDownLatch release = new CountDownLatch(1);
+    Recorder recorder = new Recorder();
+    ChangeBuffer<Integer> buffer = new ChangeBuffer<>(2, 0, rows -> {
+      recorder.ship(rows);
+      release.await(); // the store's round trip
+    }, "test-flusher");
+    buffer.add(1);
+    Eventually.holds("the first chunk in flight", DEADLINE, () -> recorder.flushes.size() == 1);
+    buffer.add(2); // returns at once: the next chunk fills while the first is in flight
+    buffer.add(3);
+    assertEquals(3, buffer.pending());
+    // The next chunk is full: a fourth row waits for the chunk in flight (back-pressure).
+    Thread adder = new Thread(() -> {
+      try {
+        buffer.add(4);
+      } catch (Exception e) {
+        throw new IllegalStateException(e);
+      }
+    });
+    adder.start();
+    Eventually.holds("add waiting on a full buffer", DEADLINE, () -> adder.getState() == Thread.State.WAITING);
+    assertEquals(List.of(List.of(1)), recorder.flushes);
+    release.countDown();
+    adder.join(DEADLINE.toMillis());
+    buffer.close();
+    assertEquals(List.of(List.of(1), List.of(2, 3), List.of(4)), recorder.flushes);
   }
 
   @Test
@@ -156,13 +186,28 @@ class ChangeBufferTest {
   }
 
   @Test
-  void aFailedFlushInAddIsThrownThereAndAgainByClose() throws Exception {
+  void aFailedShipWakesATaskWaitingOnAFullBuffer() throws Exception {
     IllegalStateException boom = new IllegalStateException("boom");
-    ChangeBuffer<Integer> buffer = new ChangeBuffer<>(2, HOUR_MS, rows -> {
+    CountDownLatch release = new CountDownLatch(1);
+    ChangeBuffer<Integer> buffer = new ChangeBuffer<>(1, 0, rows -> {
+      release.await();
       throw boom;
     }, "test-flusher");
-    buffer.add(1);
-    assertSame(boom, assertThrows(IllegalStateException.class, () -> buffer.add(2)));
+    buffer.add(1); // in flight, held by the latch
+    buffer.add(2); // the next chunk, full (it waits for the shipper to take the first)
+    AtomicReference<Throwable> thrown = new AtomicReference<>();
+    Thread adder = new Thread(() -> {
+      try {
+        buffer.add(3);
+      } catch (Throwable t) {
+        thrown.set(t);
+      }
+    });
+    adder.start();
+    Eventually.holds("add waiting on a full buffer", DEADLINE, () -> adder.getState() == Thread.State.WAITING);
+    release.countDown();
+    adder.join(DEADLINE.toMillis());
+    assertSame(boom, thrown.get());
     assertSame(boom, assertThrows(IllegalStateException.class, buffer::close));
   }
 }
