@@ -43,6 +43,27 @@ def committed_offsets(checkpoint: Path) -> Offsets:
     return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in source.items()}
 
 
+def query_id(checkpoint: Path) -> str | None:
+    """The id Spark gave the query on its first start (the checkpoint's `metadata` file keeps it, so it
+    stays the same across restarts); None before the first start."""
+    try:
+        return json.loads((checkpoint / "metadata").read_text())["id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def furthest(*positions: Offsets) -> Offsets:
+    """Per partition, the furthest of several positions of one query (e.g. its checkpoint's and what its
+    writers published as applied since)."""
+    result: Offsets = {}
+    for offsets in positions:
+        for topic, parts in offsets.items():
+            merged = result.setdefault(topic, {})
+            for part, offset in parts.items():
+                merged[part] = max(offset, merged.get(part, offset))
+    return result
+
+
 def retire(checkpoint: Path) -> None:
     """Set the checkpoint aside (called with its query stopped). One that never committed is only
     deleted: the retired one before it still holds where to start."""

@@ -48,7 +48,8 @@ def make_sink(name: SinkName, settings: JobSettings, pipeline: PipelineConfig) -
     if name == "search":
         from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 
-        return ElasticsearchSink(settings.elasticsearch_url, pipeline, settings.es_bulk_size)
+        return ElasticsearchSink(settings.elasticsearch_url, pipeline, settings.es_bulk_size,
+                                 refresh_ms=settings.es_refresh_ms)
     if name == "cache":
         from spark_jobs.sinks.redis import RedisSink
 

@@ -88,6 +88,9 @@ class JobSettings(BaseSettings):
     # (persisted) while Delta reads history tables. 1g died of OutOfMemoryError in the drain benchmark.
     driver_memory: str = "2g"
     es_bulk_size: int = Field(default=1000, ge=1)
+    # Real-Time Mode: how often the search writer makes what it wrote searchable (one refresh per index
+    # that was written); 0 refreshes after every bulk request. Each refresh costs Elasticsearch CPU.
+    es_refresh_ms: int = Field(default=100, ge=0)
     # Set: locally (`python -m spark_jobs --keep-alive`) the Delta queries run in a driver of their own
     # at this nice value, so search and cache get the CPU first (spark_jobs/drivers.py). Unset (the
     # default): one driver. Measured: on a saturated machine the Delta driver starves (docs/apply.md).

@@ -46,6 +46,7 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
         "job_delta_max_offsets_per_trigger": env_only.delta_max_offsets_per_trigger,
         "job_driver_memory": jobs.driver_memory,
         "job_es_bulk_size": env_only.es_bulk_size,
+        "job_es_refresh_ms": env_only.es_refresh_ms,
         "source_partitions": pipeline.source.partitions,
         "kafka_heap": settings.kafka_heap,
         "connect_heap": settings.connect_heap,

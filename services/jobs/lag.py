@@ -1,14 +1,44 @@
 """How far each sink's query is behind the end of its topics, from the real systems:
-the offsets in the query's checkpoint (what Spark committed) against Kafka's end offsets."""
+the offsets in the query's checkpoint (what Spark committed) against Kafka's end offsets. A real-time
+query commits only at its epochs' ends (seconds apart), so its writers also publish what they applied
+as the offsets of a consumer group of the query's own (spark_jobs/jars' AppliedPositions)."""
 
 from __future__ import annotations
 
-from kafka import KafkaConsumer, TopicPartition
+from pathlib import Path
+
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from services.settings import StackSettings
-from spark_jobs.checkpoints import committed_offsets
+from spark_jobs.checkpoints import Offsets, committed_offsets, query_id
 
-__all__ = ["committed_offsets", "end_offsets", "records_behind"]
+__all__ = ["applied_offsets", "committed_offsets", "end_offsets", "records_behind"]
+
+# AppliedPositions.GROUP_PREFIX: a real-time query's group is this and its query id.
+APPLIED_GROUP_PREFIX = "tideline-applied-"
+
+
+def applied_offsets(settings: StackSettings, checkpoints: dict[str, Path],
+                    bootstrap_timeout_ms: int = 30_000) -> dict[str, Offsets]:
+    """{query: {topic: {partition: next offset}}} its writers published as applied, for the real-time
+    queries whose checkpoints are given; a query not started yet or not published to has {}."""
+    groups = {name: APPLIED_GROUP_PREFIX + query for name, path in checkpoints.items()
+              if (query := query_id(path)) is not None}
+    if not groups:
+        return {name: {} for name in checkpoints}
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, bootstrap_timeout_ms=bootstrap_timeout_ms)
+    try:
+        found = admin.list_group_offsets(list(groups.values()))
+    finally:
+        admin.close()
+    result: dict[str, Offsets] = {}
+    for name in checkpoints:
+        offsets: Offsets = {}
+        for tp, committed in found.get(groups.get(name, ""), {}).items():
+            if committed.offset >= 0:
+                offsets.setdefault(tp.topic, {})[tp.partition] = committed.offset
+        result[name] = offsets
+    return result
 
 
 def end_offsets(settings: StackSettings, topics: list[str], bootstrap_timeout_ms: int = 30_000,

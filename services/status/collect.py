@@ -1,5 +1,6 @@
 """Reading the status figures from the real systems: Kafka (end offsets, the records at each query's
-checkpointed offsets, the dead-letter topic), each query's checkpoint folder, the driver's report,
+checkpointed offsets, the dead-letter topic, the positions real-time writers published as applied), each
+query's checkpoint folder, the driver's report,
 Kafka Connect's REST API and PostgreSQL's pg_replication_slots. Nothing comes from counters kept
 in memory by the jobs. A system that does not answer is reported in `Status.problems`, never raised."""
 
@@ -30,6 +31,7 @@ from services.status.figures import (
     query_state,
 )
 from spark_jobs.changes import DecodeError, decode
+from spark_jobs.checkpoints import furthest
 from spark_jobs.config import PipelineConfig
 from spark_jobs.settings import SINKS
 
@@ -93,8 +95,13 @@ def sink_figures(
 ) -> tuple[SinkFigures, ...]:
     jobs = driver.job_settings(settings)
     views = {sink: {table: pipeline.topic(table) for table in pipeline.sink_tables(sink)} for sink in SINKS}
-    committed = {sink: lag.committed_offsets(jobs.checkpoint_dir / sink) for sink in SINKS}
+    checkpoints = {sink: jobs.checkpoint_dir / sink for sink in SINKS}
+    committed = {sink: lag.committed_offsets(path) for sink, path in checkpoints.items()}
     try:
+        # A real-time query commits at its epochs' ends only: what its writers applied since counts too.
+        applied = lag.applied_offsets(settings, {sink: checkpoints[sink] for sink in jobs.realtime_sinks},
+                                      BOOTSTRAP_TIMEOUT_MS)
+        committed = {sink: furthest(offsets, applied.get(sink, {})) for sink, offsets in committed.items()}
         topics = sorted({topic for names in views.values() for topic in names.values()})
         ends = lag.end_offsets(settings, topics, BOOTSTRAP_TIMEOUT_MS)
         wanted = {span for sink, topics in views.items() for topic in topics.values()

@@ -1,6 +1,7 @@
 import json
 
 from services.jobs.lag import committed_offsets, records_behind
+from spark_jobs.checkpoints import furthest, query_id
 
 
 def test_records_behind_counts_each_partition_short_of_its_end():
@@ -24,3 +25,18 @@ def test_committed_offsets_come_from_the_newest_committed_batch(tmp_path):
         (tmp_path / "commits" / str(batch)).write_text("v1\n{}")
     assert committed_offsets(tmp_path) == {"t": {0: 9}}
     assert committed_offsets(tmp_path / "missing") == {}
+
+
+def test_a_real_time_query_is_as_far_as_the_further_of_its_checkpoint_and_its_published_positions():
+    checkpoint = {"t": {0: 9, 1: 4}, "u": {0: 2}}
+    published = {"t": {0: 12, 1: 3}, "v": {0: 5}}  # partition 1's epoch committed after its last publish
+    assert furthest(checkpoint, published) == {"t": {0: 12, 1: 4}, "u": {0: 2}, "v": {0: 5}}
+    assert furthest(checkpoint, {}) == checkpoint
+
+
+def test_the_query_id_naming_its_published_positions_is_the_one_in_its_checkpoint(tmp_path):
+    assert query_id(tmp_path) is None  # not started yet
+    (tmp_path / "metadata").write_text(json.dumps({"id": "0b6f5c1e-query"}))
+    assert query_id(tmp_path) == "0b6f5c1e-query"
+    (tmp_path / "metadata").write_text("{")  # half written
+    assert query_id(tmp_path) is None

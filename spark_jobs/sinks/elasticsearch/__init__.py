@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 _NESTED_PROPERTIES = {"tl_refs": {"type": "keyword"}}
 # The real-time writer: a lone change waits this long for company before its bulk request goes out.
 LINGER_MS = 5
-# ... and the indices it wrote are refreshed (made searchable) at most this often, by one thread per
-# executor JVM: a refresh per bulk request would cost Elasticsearch more than the writes under load.
+# ... and the indices it wrote are refreshed (made searchable) at most every refresh_ms (TIDE_JOB_ES_REFRESH_MS)
+# by one thread per executor JVM: a refresh per bulk request would cost Elasticsearch more than the writes.
 REFRESH_MS = 100
 # How long the create of a moved row's new key waits for the move's delete of the old key (another
 # Kafka partition, so another task) to be applied, whose tombstone holds the unchanged-TOAST values.
@@ -47,13 +47,15 @@ class ElasticsearchSink(Sink):
                               Capability.REAL_TIME})
 
     def __init__(self, url: str, pipeline: PipelineConfig, bulk_size: int = 1000, targets: dict[str, str] | None = None,
-                 shards: int = 1, replicas: int = 0, nested_targets: dict[str, str] | None = None) -> None:
+                 shards: int = 1, replicas: int = 0, nested_targets: dict[str, str] | None = None,
+                 refresh_ms: int = REFRESH_MS) -> None:
         super().__init__(pipeline)
         self.url = url
         # Real-Time Mode: the writer produces here what each applied change means for the nested views,
         # and the sink's follow-up query rebuilds those documents (spark_jobs/realtime.py).
         self.touches_topic = f"{pipeline.source.topic_prefix}.search-touches"
         self.bulk_size = bulk_size
+        self.refresh_ms = refresh_ms
         self.targets = dict(targets or {})
         self.nested_targets = dict(nested_targets or {})
         # One node here: 1 shard, no replicas. A cluster raises both (configuration, not code).
@@ -212,7 +214,7 @@ class ElasticsearchSink(Sink):
         return jvm.dev.tideline.writers.SearchChangeWriter(
             self.url, WATERMARKS, VERSION_MAJOR, VERSION_MINOR, letters.bootstrap, letters.topic,
             self.follow_up_topic() or "", f"apply:{self.name}", self.bulk_size, LINGER_MS,
-            REFRESH_MS, MOVE_WAIT_MS)
+            self.refresh_ms, MOVE_WAIT_MS)
 
     def follow_up_topic(self) -> str | None:
         return self.touches_topic if self.pipeline.nested else None

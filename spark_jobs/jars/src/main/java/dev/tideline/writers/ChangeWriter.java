@@ -1,6 +1,7 @@
 package dev.tideline.writers;
 
 import java.util.List;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.ForeachWriter;
 import org.apache.spark.sql.Row;
 
@@ -15,7 +16,8 @@ import org.apache.spark.sql.Row;
  *   <li>{@code "letter"}: a dead letter already built, produced as it is.
  * </ul>
  * An epoch is committed only once every row is shipped and every letter acknowledged; any failure fails
- * the task and the epoch is replayed (the stores' version guards make a replay a no-op). A subclass
+ * the task and the epoch is replayed (the stores' version guards make a replay a no-op). Each shipped
+ * chunk's Kafka positions are published for `tide status` ({@link AppliedPositions}). A subclass
  * keeps what is its own: its store, how a row becomes a change, how a truncate and a chunk are applied.
  *
  * @param <C> one buffered change
@@ -23,6 +25,8 @@ import org.apache.spark.sql.Row;
 public abstract class ChangeWriter<C> extends ForeachWriter<Row> {
 
   private static final long serialVersionUID = 1L;
+  // Spark's StreamExecution.QUERY_ID_KEY: the query's id (kept in its checkpoint), set on its tasks.
+  private static final String QUERY_ID_PROPERTY = "sql.streaming.queryId";
 
   private final String threadPrefix;
   private final String kafkaBootstrap;
@@ -62,15 +66,28 @@ public abstract class ChangeWriter<C> extends ForeachWriter<Row> {
   /** Applies one chunk of changes, in order, and sends a dead letter for each the store refused. */
   abstract void shipChunk(List<C> chunk, DeadLetters letters) throws Exception;
 
+  /** The Kafka record a change came from. */
+  abstract Origin originOf(C change);
+
   @Override
   public boolean open(long partitionId, long epochId) {
     if (buffer != null) buffer.abort(); // an epoch that was never closed: its rows are replayed
     openStore();
     letters = DeadLetters.kafka(kafkaBootstrap, deadLetterTopic, stage);
-    DeadLetters epochLetters = letters; // the flusher ships this epoch's chunks with this epoch's letters
-    buffer = new ChangeBuffer<>(maxRows, lingerMs, chunk -> shipChunk(chunk, epochLetters),
-        threadPrefix + partitionId);
+    DeadLetters epochLetters = letters; // the shipper ships this epoch's chunks with this epoch's letters
+    String group = appliedGroup();
+    buffer = new ChangeBuffer<>(maxRows, lingerMs, chunk -> {
+      shipChunk(chunk, epochLetters);
+      if (group != null) AppliedPositions.of(kafkaBootstrap).applied(group, chunk.stream().map(this::originOf).toList());
+    }, threadPrefix + partitionId);
     return true;
+  }
+
+  /** The consumer group this query's positions go to; null outside a streaming query (unit tests). */
+  private static String appliedGroup() {
+    TaskContext task = TaskContext.get();
+    String queryId = task == null ? null : task.getLocalProperty(QUERY_ID_PROPERTY);
+    return queryId == null ? null : AppliedPositions.GROUP_PREFIX + queryId;
   }
 
   @Override

@@ -155,14 +155,6 @@ public final class DeadLetters {
     config.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
     config.put(ProducerConfig.ACKS_CONFIG, "all");
     config.put(ProducerConfig.LINGER_MS_CONFIG, "5");
-    // Kafka loads its plugin classes through the context class loader: make it the one that has Kafka.
-    Thread thread = Thread.currentThread();
-    ClassLoader previous = thread.getContextClassLoader();
-    thread.setContextClassLoader(DeadLetters.class.getClassLoader());
-    try {
-      return new KafkaProducer<>(config, new ByteArraySerializer(), new ByteArraySerializer());
-    } finally {
-      thread.setContextClassLoader(previous);
-    }
+    return KafkaClients.create(() -> new KafkaProducer<>(config, new ByteArraySerializer(), new ByteArraySerializer()));
   }
 }

@@ -77,6 +77,11 @@ public class RedisChangeWriter extends ChangeWriter<RedisChangeWriter.Change> {
   }
 
   @Override
+  Origin originOf(Change change) {
+    return change.origin();
+  }
+
+  @Override
   void shipChunk(List<Change> chunk, DeadLetters letters) throws Exception {
     ship(chunk, rows -> backoff.call(stage + ": apply " + rows.size() + " rows", () -> store.apply(rows, maxRows)),
         letters);

@@ -87,6 +87,11 @@ public class SearchChangeWriter extends ChangeWriter<SearchChange> {
   }
 
   @Override
+  Origin originOf(SearchChange change) {
+    return change.origin();
+  }
+
+  @Override
   void shipChunk(List<SearchChange> chunk, DeadLetters out) throws Exception {
     ship(chunk, rows -> backoff.call(stage + ": apply " + rows.size() + " rows", () -> store.apply(rows)), out,
         touchesTopic);
