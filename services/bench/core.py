@@ -25,7 +25,7 @@ from services.stack import postgres, process, runner
 from services.stack.catalogue import CATALOGUE
 from services.stack.service import StackError
 from spark_jobs.config import PipelineConfig
-from spark_jobs.settings import SINKS, SinkName
+from spark_jobs.settings import SINKS, JobSettings, SinkName
 
 T = TypeVar("T")
 # Records/s a sink is assumed to apply when the run did not measure it: below every rate measured here
@@ -54,6 +54,13 @@ def poll_until(predicate: Callable[[], T], timeout_s: float, what: str, interval
     return value
 
 
+def running_sinks() -> tuple[SinkName, ...]:
+    """The sinks whose queries the driver runs: all of them, or those named by TIDE_JOB_SINKS (which
+    the driver reads from the environment), so a run can measure some sinks without the others."""
+    chosen = JobSettings().sinks
+    return tuple(sink for sink in SINKS if sink in chosen)
+
+
 def bench_settings(settings: StackSettings) -> StackSettings:
     """The bench's own stack: a `bench` folder under the state folder, so a run never touches your data."""
     return settings.model_copy(update={"state_dir": settings.state_dir / "bench"})
@@ -68,6 +75,7 @@ class Bench:
     options: dict[str, Any]
     say: Say
     sampler: measure.ProcessSampler | None = None
+    sinks: tuple[SinkName, ...] = field(default_factory=running_sinks)
     began: float = field(default_factory=time.monotonic)
     load_during: list[list[float]] = field(default_factory=list)
     others_during: list[dict[str, Any]] = field(default_factory=list)
@@ -139,7 +147,7 @@ class Bench:
         reports them stopped (pausing). Resuming returns at once: each query restarts within seconds."""
         from spark_jobs import control
 
-        control.write_paused(driver.paused_file(self.settings), set(SINKS) if paused else set())
+        control.write_paused(driver.paused_file(self.settings), set(self.sinks) if paused else set())
         if paused:
             poll_until(lambda: (status := driver.read_status(self.settings)) and all(
                 query.get("paused") and not query["active"] for query in status["queries"].values()),
@@ -181,11 +189,11 @@ class Bench:
                 self._consumer = KafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap)
             return lag.end_offsets(self.settings, self.topics(), consumer=self._consumer)
 
-    def progress(self, sinks: tuple[SinkName, ...] = SINKS) -> dict[str, int]:
-        """Records in the change topics (`captured`) and, per sink, records its query has committed."""
+    def progress(self, sinks: tuple[SinkName, ...] | None = None) -> dict[str, int]:
+        """Records in the change topics (`captured`) and, per sink (default: the run's), records its query has committed."""
         ends = self.end_offsets()
         counts = {"captured": sum(offset for parts in ends.values() for offset in parts.values())}
-        for sink in sinks:
+        for sink in self.sinks if sinks is None else sinks:
             committed = lag.committed_offsets(self.settings.state_dir / "checkpoints" / sink)
             mine = {topic: parts for topic, parts in ends.items() if topic in self.topics(sink)}
             counts[sink] = sum(
@@ -194,13 +202,31 @@ class Bench:
         return counts
 
     def behind(self) -> dict[str, int]:
-        """Records each sink has not yet committed, against the topics' end offsets now."""
+        """Records each sink has not yet committed, against the topics' end offsets now; for a sink with
+        a follow-up query (search's nested views in Real-Time Mode), its records too: the sink has not
+        applied a change until that query has."""
         ends = self.end_offsets()
-        return {
-            sink: lag.records_behind(lag.committed_offsets(self.settings.state_dir / "checkpoints" / sink),
+        checkpoints = self.settings.state_dir / "checkpoints"
+        behind = {
+            sink: lag.records_behind(lag.committed_offsets(checkpoints / sink),
                                      {topic: ends.get(topic, {}) for topic in self.topics(sink)})
-            for sink in SINKS
+            for sink in self.sinks
         }
+        for sink, topic in self.follow_up_topics().items():
+            with self._kafka_lock:
+                follow_ends = lag.end_offsets(self.settings, [topic], consumer=self._consumer)
+            behind[sink] += lag.records_behind(lag.committed_offsets(checkpoints / f"{sink}-follow-up"), follow_ends)
+        return behind
+
+    def follow_up_topics(self) -> dict[SinkName, str]:
+        """The run's real-time sinks' follow-up topics (spark_jobs/realtime.py): search's, with nested views."""
+        from spark_jobs.sinks.elasticsearch import ElasticsearchSink
+
+        jobs = driver.job_settings(self.settings)
+        if "search" not in self.sinks or "search" not in jobs.realtime_sinks:
+            return {}
+        topic = ElasticsearchSink(jobs.elasticsearch_url, self.pipeline).follow_up_topic()
+        return {"search": topic} if topic else {}
 
     def wait_caught_up(self, timeout_s: float, stall_s: float | None = None) -> float:
         """Wait until every sink has committed everything in its topics; returns the seconds waited.
@@ -277,7 +303,7 @@ class Bench:
             catch_up_s = str(exc)  # verify anyway: the divergences then say what is missing
         began = time.monotonic()
         self.say("verifying every view against PostgreSQL")
-        outcomes = reconcile_views(self.settings, pipeline=self.pipeline)
+        outcomes = reconcile_views(self.settings, sinks=self.sinks, pipeline=self.pipeline)
         return {
             "clean": all(outcome.clean for outcome in outcomes),
             "behind_before_catch_up": behind,

@@ -28,7 +28,6 @@ from services.bench.baseline import DecodingCeiling
 from services.bench.core import STALL_S, Bench, BenchError
 from services.bench.measure import ratios
 from services.demo import load
-from spark_jobs.settings import SINKS
 
 NAME = "drain"
 DEFAULTS = {"changes": 500_000, "seed": 1, "timeout_s": 3600.0, "write_rate": 100_000.0}
@@ -60,9 +59,9 @@ def run(bench: Bench) -> dict:
     capture = time_capture(bench, start["captured"] + records, options["timeout_s"])
     apply = time_sinks(bench, options["timeout_s"])
     seconds = {"decoding": decoded["pgoutput"]["seconds"], "capture": capture["seconds"],
-               **{sink: apply["sinks"][sink]["seconds"] for sink in SINKS}}
+               **{sink: apply["sinks"][sink]["seconds"] for sink in bench.sinks}}
     rates = {"decoding": per_s(records, seconds["decoding"]), "capture": capture["records_per_s"],
-             **{sink: apply["sinks"][sink]["records_per_s"] for sink in SINKS}}
+             **{sink: apply["sinks"][sink]["records_per_s"] for sink in bench.sinks}}
     return {
         "snapshot_catch_up_s": snapshot_s,
         "backlog": written,
@@ -72,7 +71,7 @@ def run(bench: Bench) -> dict:
         "records_per_s": rates,
         "seconds": seconds,
         "ratios": {"of_decoding": ratios(rates, rates["decoding"]),
-                   "of_capture": ratios({sink: rates[sink] for sink in SINKS}, rates["capture"])},
+                   "of_capture": ratios({sink: rates[sink] for sink in bench.sinks}, rates["capture"])},
     }
 
 
@@ -134,22 +133,22 @@ def time_capture(bench: Bench, target: int, timeout_s: float) -> dict:
 def time_sinks(bench: Bench, timeout_s: float) -> dict:
     """Resume every query; per sink, seconds until it has committed everything in its topics."""
     start, ends = bench.progress(), bench.end_offsets()  # the capture is over: the ends are fixed
-    goal = {sink: sum(sum(ends.get(topic, {}).values()) for topic in bench.topics(sink)) for sink in SINKS}
+    goal = {sink: sum(sum(ends.get(topic, {}).values()) for topic in bench.topics(sink)) for sink in bench.sinks}
     bench.say("resuming every query; waiting for each sink to apply its backlog: "
-              + ", ".join(f"{sink} {goal[sink] - start[sink]:,}" for sink in SINKS))
+              + ", ".join(f"{sink} {goal[sink] - start[sink]:,}" for sink in bench.sinks))
     bench.record_others()
     bench.pause_queries(False)
     began = last_gain = time.monotonic()
     series: list[list[float]] = []
     done_at: dict[str, float] = {}
     stopped: str | None = None
-    while len(done_at) < len(SINKS):
+    while len(done_at) < len(bench.sinks):
         now = time.monotonic()
         counts = bench.progress()
-        if series and any(counts[sink] - start[sink] > series[-1][i] for i, sink in enumerate(SINKS, start=1)):
+        if series and any(counts[sink] - start[sink] > series[-1][i] for i, sink in enumerate(bench.sinks, start=1)):
             last_gain = now
-        series.append([round(now - began, 1), *(counts[sink] - start[sink] for sink in SINKS)])
-        for sink in SINKS:
+        series.append([round(now - began, 1), *(counts[sink] - start[sink] for sink in bench.sinks)])
+        for sink in bench.sinks:
             if sink not in done_at and counts[sink] >= goal[sink]:
                 done_at[sink] = round(now - began, 1)
                 bench.say(f"  {sink} caught up after {done_at[sink]} s")
@@ -160,21 +159,21 @@ def time_sinks(bench: Bench, timeout_s: float) -> dict:
         if stopped or now - began > timeout_s or now - last_gain > STALL_S:
             stopped = stopped or ("timeout" if now - began > timeout_s else f"no sink gained for {STALL_S:.0f}s")
             bench.say(f"  stopped waiting after {now - began:.0f}s ({stopped}): " + ", ".join(
-                f"{sink} {series[-1][i]:,} of {goal[sink] - start[sink]:,}" for i, sink in enumerate(SINKS, start=1)
+                f"{sink} {series[-1][i]:,} of {goal[sink] - start[sink]:,}" for i, sink in enumerate(bench.sinks, start=1)
                 if sink not in done_at))
             break
         if len(series) % 30 == 0:
             bench.record_load()
-            bench.say("  applied: " + ", ".join(f"{sink} {series[-1][i]:,}" for i, sink in enumerate(SINKS, start=1)))
+            bench.say("  applied: " + ", ".join(f"{sink} {series[-1][i]:,}" for i, sink in enumerate(bench.sinks, start=1)))
         time.sleep(SAMPLE_S)  # poll: the queries commit on their own schedule
     sinks = {}
-    for i, sink in enumerate(SINKS, start=1):
+    for i, sink in enumerate(bench.sinks, start=1):
         backlog, applied, seconds = goal[sink] - start[sink], series[-1][i], done_at.get(sink)
         sinks[sink] = {"records": backlog, "applied": applied, "seconds": seconds,
                        "records_per_s": per_s(backlog, seconds) if seconds else None,
                        # not caught up: the rate so far, which the catch-up wait before verify uses
                        "rate_so_far": per_s(applied, series[-1][0])}
-    return {"sinks": sinks, "stopped_waiting": stopped, "series_columns": ["seconds", *SINKS],
+    return {"sinks": sinks, "stopped_waiting": stopped, "series_columns": ["seconds", *bench.sinks],
             "series": series}
 
 

@@ -20,7 +20,6 @@ from services.bench.baseline import DecodingCeiling
 from services.bench.core import CAPTURE_SERVICES, Bench
 from services.bench.measure import ratios
 from services.bench.probes import POLL_S, FreshnessProbe, capture_finder, delay_values, sink_finders
-from spark_jobs.settings import SINKS
 
 NAME = "freshness"
 # 580 operations/s of the demo mix are about 1,000 row changes/s (1.72 per operation), the target rate.
@@ -44,13 +43,13 @@ def run(bench: Bench) -> dict:
     ceiling = DecodingCeiling(bench)
     ceiling.create()
     finders = {"captured": capture_finder(bench.settings, bench.pipeline),
-               **({} if capture_only else sink_finders(bench.settings, bench.pipeline))}
+               **({} if capture_only else sink_finders(bench.settings, bench.pipeline, bench.sinks))}
     probe = FreshnessProbe(bench.conninfo(), finders, bench.now, MARKER_INTERVAL_S)
     probe.start()
     phases, lag_series = [], []
     try:
         for rate in options["rates"]:
-            phases.append(_phase(bench, probe, rate, options, lag_series, () if capture_only else SINKS))
+            phases.append(_phase(bench, probe, rate, options, lag_series, () if capture_only else bench.sinks))
         probe.stop_writing()
         bench.say("load stopped; waiting for every sink to show every marker")
         drained = _drain(bench, probe, options["drain_timeout_s"])
@@ -106,7 +105,7 @@ def check(bench: Bench, results: dict) -> dict:
     """Capture only: every marker reached the topic. Otherwise `tide verify`."""
     if not results["capture_only"]:
         return bench.verify(rates={sink: max(phase["applied_per_s"][sink] for phase in results["phases"])
-                                   for sink in SINKS})
+                                   for sink in bench.sinks})
     return {"clean": results["drained"]["all_markers_seen"], "markers_pending": results["drained"]["pending"]}
 
 

@@ -69,8 +69,8 @@ def record_id(key: bytes | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def sink_finders(settings: StackSettings, pipeline: PipelineConfig) -> dict[SinkName, Finder]:
-    """For each sink, a function from marker ids to the ones readable in that sink now."""
+def sink_finders(settings: StackSettings, pipeline: PipelineConfig, sinks: tuple[SinkName, ...]) -> dict[SinkName, Finder]:
+    """For each of `sinks` with a probe, a function from marker ids to the ones readable in that sink now."""
     import redis
     from deltalake import DeltaTable, QueryBuilder
     from elasticsearch import Elasticsearch
@@ -103,7 +103,8 @@ def sink_finders(settings: StackSettings, pipeline: PipelineConfig) -> dict[Sink
         rows = QueryBuilder().register("t", table).execute(f"SELECT id FROM t WHERE id IN ({listed})").read_all()
         return set(rows.column("id").to_pylist())
 
-    return {"search": in_search, "cache": in_cache, "warehouse": in_warehouse}
+    finders = {"search": in_search, "cache": in_cache, "warehouse": in_warehouse}
+    return {sink: finder for sink, finder in finders.items() if sink in sinks}
 
 
 @dataclass

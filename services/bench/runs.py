@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from services.bench import measure, report
-from services.bench.core import CAPTURE_KNOBS, Bench, Say, bench_settings
+from services.bench.core import CAPTURE_KNOBS, Bench, Say, bench_settings, running_sinks
 from services.jobs import driver
 from services.settings import StackSettings
 from services.versions import PROJECT_ROOT, pinned
@@ -37,6 +37,7 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
     env_only = JobSettings()  # settings the driver reads straight from TIDE_JOB_* (not set by the stack)
     return {
         "job_master": local_master(jobs, pipeline),  # with a slot per partition of the real-time queries
+        "job_sinks": ",".join(running_sinks()),
         "job_realtime_sinks": ",".join(jobs.realtime_sinks) or "none",
         "job_realtime_epoch": jobs.realtime_epoch,
         "job_trigger_interval": jobs.trigger_interval,

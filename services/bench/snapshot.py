@@ -21,14 +21,12 @@ from services.bench import plots
 from services.bench.baseline import read_ceiling
 from services.bench.core import CAPTURE_SERVICES, Bench, BenchError, poll_until
 from services.bench.measure import ratios
-from spark_jobs.settings import SINKS
 
 NAME = "snapshot"
 # timeout_s: a million rows took 24 min with 100,000-record batches, far longer with the default (docs/benchmarks.md)
 DEFAULTS = {"rows": 1_000_000, "seed": 1, "timeout_s": 3600.0, "capture_only": False}
 BATCH_ROWS = 50_000
 SAMPLE_S = {False: 2.0, True: 0.5}  # capture only: a million rows take about a minute, so sample finer
-COLUMNS = ["captured", *SINKS]  # analytics: the warehouse's history tables, its own query
 
 INSERT_PRODUCTS = """
 INSERT INTO products (sku, name, description, price, tags, attributes)
@@ -64,13 +62,13 @@ def targets(bench: Bench) -> dict[str, int]:
     with bench.connect() as conn:
         rows = {table: conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] for table in bench.pipeline.tables}
     return {"captured": sum(rows.values()),
-            **{sink: sum(rows[table] for table in bench.pipeline.sink_tables(sink)) for sink in SINKS}}
+            **{sink: sum(rows[table] for table in bench.pipeline.sink_tables(sink)) for sink in bench.sinks}}
 
 
 def run(bench: Bench) -> dict:
     options = {**DEFAULTS, **bench.options}
     capture_only = options["capture_only"]
-    columns = ["captured"] if capture_only else COLUMNS
+    columns = ["captured"] if capture_only else ["captured", *bench.sinks]  # analytics: the history tables
     bench.up(CAPTURE_SERVICES if capture_only else None)
     bench.seed_demo()  # customers, orders and items too, as a shop has: products are the bulk
     bench.say(f"writing {options['rows']:,} products")
@@ -87,7 +85,7 @@ def run(bench: Bench) -> dict:
     def sample() -> None:
         while not stop.wait(SAMPLE_S[capture_only]):
             try:
-                counts = bench.progress(sinks=() if capture_only else SINKS)
+                counts = bench.progress(sinks=() if capture_only else bench.sinks)
             except Exception:  # noqa: BLE001 - topics not created yet: nothing captured so far
                 counts = dict.fromkeys(columns, 0)
             series.append([round(bench.now() - began, 1), *(counts[c] for c in columns)])

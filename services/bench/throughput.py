@@ -21,7 +21,6 @@ from services.bench import plots
 from services.bench.baseline import DecodingCeiling
 from services.bench.core import Bench
 from services.bench.measure import ratios
-from spark_jobs.settings import SINKS
 
 NAME = "throughput"
 # Up to the 5,000 row changes/s the apply path must sustain (the demo mix makes 1.72 per operation).
@@ -42,8 +41,8 @@ def run(bench: Bench) -> dict:
         step = _step(bench, rate, options)
         steps.append(step)
         bench.say(f"  offered {step['captured_per_s']:.0f} records/s; applied "
-                  + ", ".join(f"{s} {step['applied_per_s'][s]:.0f}" for s in SINKS)
-                  + "; keeps up: " + (", ".join(s for s in SINKS if step["keeps_up"][s]) or "none"))
+                  + ", ".join(f"{s} {step['applied_per_s'][s]:.0f}" for s in bench.sinks)
+                  + "; keeps up: " + (", ".join(s for s in bench.sinks if step["keeps_up"][s]) or "none"))
         if not any(step["keeps_up"].values()) or step["load"]["achieved_rate"] < 0.8 * rate:
             break
     bench.say("draining the decoding-ceiling slots with pg_recvlogical")
@@ -58,7 +57,7 @@ def _step(bench: Bench, rate: float, options: dict) -> dict:
     ended, end, behind_end = bench.now(), bench.progress(), bench.behind()
     seconds = ended - began
     captured_per_s = (end["captured"] - start["captured"]) / seconds
-    applied = {sink: round((end[sink] - start[sink]) / seconds, 1) for sink in SINKS}
+    applied = {sink: round((end[sink] - start[sink]) / seconds, 1) for sink in bench.sinks}
     cpu = bench.components_between(began, ended)
     return {
         "rate": rate,
@@ -71,7 +70,7 @@ def _step(bench: Bench, rate: float, options: dict) -> dict:
         "applied_of_captured": ratios(applied, captured_per_s),
         "behind_start": behind,
         "behind_end": behind_end,
-        "keeps_up": {sink: behind_end[sink] - behind[sink] <= LAG_SLACK_S * captured_per_s for sink in SINKS},
+        "keeps_up": {sink: behind_end[sink] - behind[sink] <= LAG_SLACK_S * captured_per_s for sink in bench.sinks},
         "components": cpu,
         "busiest_component": max(cpu, key=lambda name: cpu[name]["cpu_mean_percent"]) if cpu else None,
     }
@@ -79,14 +78,14 @@ def _step(bench: Bench, rate: float, options: dict) -> dict:
 
 def check(bench: Bench, results: dict) -> dict:
     """`tide verify`, after a catch-up wait sized by each sink's backlog at the best rate it showed."""
-    return bench.verify(rates={sink: max(step["applied_per_s"][sink] for step in results["steps"]) for sink in SINKS})
+    return bench.verify(rates={sink: max(step["applied_per_s"][sink] for step in results["steps"]) for sink in bench.sinks})
 
 
 def summarise(steps: list[dict], ceiling: dict) -> dict:
     """Per sink: the highest step it kept up with, in row changes/s and as a fraction of the ceiling."""
     limit = ceiling["pgoutput"]["row_changes_per_s"]
     summary = {}
-    for sink in SINKS:
+    for sink in steps[0]["keeps_up"] if steps else ():
         kept = [step for step in steps if step["keeps_up"][sink]]
         best = max(kept, key=lambda step: step["source_row_changes_per_s"]) if kept else None
         summary[sink] = {

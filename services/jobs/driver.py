@@ -109,7 +109,9 @@ def probe(settings: StackSettings) -> str:
     if age > STATUS_STALE_S:
         raise Unhealthy(f"driver status is {age:.0f}s old")
     pipeline = load(settings.pipeline_file)
-    unreported = [sink for sink in SINKS if pipeline.sink_tables(sink) and sink not in status["queries"]]
+    # Every query the driver runs: all sinks, or those TIDE_JOB_SINKS names (read from the environment).
+    unreported = [sink for sink in job_settings(settings).sinks
+                  if pipeline.sink_tables(sink) and sink not in status["queries"]]
     if unreported:
         raise Unhealthy(f"no driver reports the {', '.join(unreported)} queries yet")
     # A query an operator paused (`tide jobs pause`) is stopped on purpose, not unhealthy.

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from services.bench import baseline, core, drain, freshness, measure, plots, probes, report, runs, snapshot, throughput
 from services.bench.cli import parse_rates, parse_settings
+from services.bench.core import running_sinks
+from spark_jobs.settings import SINKS
 from services.demo.load import LoadReport, Pacer, processes_for, workers_for
 
 
@@ -367,3 +369,10 @@ def test_a_drop_in_a_components_cpu_total_counts_as_idle_not_negative(monkeypatc
         sampler.sample()  # monotonic time moves on between calls: every interval is positive
     busy = [sample.cpu_percent for sample in sampler.samples["jobs"]]
     assert busy[0] == 0.0 and busy[1] > 0 and busy[2] == 0.0 and busy[3] > 0
+
+
+def test_a_run_measures_the_sinks_the_driver_runs_in_pipeline_order(monkeypatch):
+    monkeypatch.setenv("TIDE_JOB_SINKS", '["cache", "search"]')
+    assert running_sinks() == ("search", "cache")
+    monkeypatch.delenv("TIDE_JOB_SINKS")
+    assert running_sinks() == SINKS
