@@ -54,6 +54,27 @@ def test_snapshot_then_a_minute_of_writes_converge_in_every_sink(run):
     converged(jobs, pipeline, timeout=CONVERGE_S)
 
 
+def test_search_and_cache_writers_publish_what_they_applied_as_their_querys_group_offsets(run, stack):
+    """`tide status` reads these positions beside the checkpoints (services/jobs/lag.py): a real-time
+    query's checkpoint alone would be up to an epoch old. Here, while the session's driver still runs
+    search and cache in Real-Time Mode (a `tide` command that restarts it starts micro-batches)."""
+    jobs, pipeline, _ = run
+    topic = pipeline.topic("orders")
+    before = lag.end_offsets(stack, [topic])[topic]
+    with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
+        conn.execute("INSERT INTO orders (status, total) VALUES ('pending', 1.00)")
+    captured = wait_until(lambda: {p: end for p, end in lag.end_offsets(stack, [topic])[topic].items()
+                                   if end > before.get(p, 0)}, CONVERGE_S, "the new order captured")
+    checkpoints = {sink: driver.job_settings(jobs).checkpoint_dir / sink for sink in jobs.job_realtime_sinks}
+    assert set(checkpoints) == {"search", "cache"}
+
+    def published_past_the_order():
+        applied = lag.applied_offsets(stack, checkpoints)
+        return all(applied[sink].get(topic, {}).get(p, 0) >= end for sink in checkpoints for p, end in captured.items())
+
+    wait_until(published_past_the_order, CONVERGE_S, "search and cache publishing the order as applied")
+
+
 def test_a_driver_whose_jvm_dies_is_started_again_by_itself_loses_nothing_and_never_goes_back_a_version(run, stack):
     """An OutOfMemoryError, a crash or a kill -9 ends the driver's JVM mid-batch under writes: the keep-alive
     starts the driver again with no `tide jobs start`, every sink resumes from its checkpoint (a batch

@@ -16,7 +16,6 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.api.app import create_app
-from services.jobs import driver, lag
 from services.settings import StackSettings
 from services.stack import postgres, runner
 from spark_jobs.settings import SINKS
@@ -109,25 +108,6 @@ def test_status_metrics_and_tide_status_show_every_sink_fresh_after_a_commit(run
     assert rows[f"connector {pipeline.source.connector}"][1] == "RUNNING"
     assert rows[f"slot {pipeline.source.slot}"][1] == "active"
     assert {name for name in SINKS if rows[name][1] == "running"} == set(SINKS)
-
-
-def test_search_and_cache_writers_publish_what_they_applied_as_their_querys_group_offsets(run, stack):
-    """`tide status` reads these positions beside the checkpoints (services/jobs/lag.py): a checkpoint
-    alone would be up to an epoch old."""
-    jobs, pipeline, _ = run
-    topic = pipeline.topic("orders")
-    before = lag.end_offsets(stack, [topic])[topic]
-    _insert_order(stack)
-    captured = wait_until(lambda: {p: end for p, end in lag.end_offsets(stack, [topic])[topic].items()
-                                   if end > before.get(p, 0)}, CAUGHT_UP_S, "the new order captured")
-    checkpoints = {sink: driver.job_settings(jobs).checkpoint_dir / sink for sink in jobs.job_realtime_sinks}
-    assert set(checkpoints) == {"search", "cache"}
-
-    def published_past_the_order():
-        applied = lag.applied_offsets(stack, checkpoints)
-        return all(applied[sink].get(topic, {}).get(p, 0) >= end for sink in checkpoints for p, end in captured.items())
-
-    wait_until(published_past_the_order, CAUGHT_UP_S, "search and cache publishing the order as applied")
 
 
 def test_stopping_connect_shows_the_connector_down_and_the_slot_lag_growing_then_both_recover(run, api, stack):
