@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypeVar
 
 import psycopg
@@ -212,12 +213,13 @@ class Bench:
                                      {topic: ends.get(topic, {}) for topic in self.topics(sink)})
             for sink in self.sinks
         }
-        for sink, topic in self.follow_up_topics().items():
+        for sink, topic in self.follow_up_topics.items():
             with self._kafka_lock:
                 follow_ends = lag.end_offsets(self.settings, [topic], consumer=self._consumer)
             behind[sink] += lag.records_behind(lag.committed_offsets(checkpoints / f"{sink}-follow-up"), follow_ends)
         return behind
 
+    @cached_property
     def follow_up_topics(self) -> dict[SinkName, str]:
         """The run's real-time sinks' follow-up topics (spark_jobs/realtime.py): search's, with nested views."""
         from spark_jobs.sinks.elasticsearch import ElasticsearchSink

@@ -76,9 +76,10 @@ public abstract class ChangeWriter<C> extends ForeachWriter<Row> {
     letters = DeadLetters.kafka(kafkaBootstrap, deadLetterTopic, stage);
     DeadLetters epochLetters = letters; // the shipper ships this epoch's chunks with this epoch's letters
     String group = appliedGroup();
+    AppliedPositions positions = group == null ? null : AppliedPositions.of(kafkaBootstrap);
     buffer = new ChangeBuffer<>(maxRows, lingerMs, chunk -> {
       shipChunk(chunk, epochLetters);
-      if (group != null) AppliedPositions.of(kafkaBootstrap).applied(group, chunk.stream().map(this::originOf).toList());
+      if (positions != null) positions.applied(group, chunk.stream().map(this::originOf).toList());
     }, threadPrefix + partitionId);
     return true;
   }
