@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,8 +19,13 @@ TIDE = (sys.executable, "-m", "services.cli")
 
 def tide_env(settings: StackSettings, fields: Iterable[str]) -> dict[str, str]:
     """This environment plus TIDE_<FIELD> for each of `fields`, taken from `settings`."""
-    overrides = {f"TIDE_{name.upper()}": str(getattr(settings, name)) for name in fields}
+    overrides = {f"TIDE_{name.upper()}": _env_value(getattr(settings, name)) for name in fields}
     return {**os.environ, "COLUMNS": "200", **overrides}
+
+
+def _env_value(value: object) -> str:
+    """A setting as the environment spells it: a list as JSON (the settings parse both ways)."""
+    return json.dumps(list(value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 def tide_result(settings: StackSettings, *args: str, fields: Iterable[str], timeout: float = 900,

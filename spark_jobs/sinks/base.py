@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 META_PREFIX = "tl_"
 VERSION_MAJOR = "tl_version_major"
 VERSION_MINOR = "tl_version_minor"
+# How long a real-time writer's create of a moved row's new key waits for the move's delete of the old
+# key (another Kafka partition, so another task) to be applied, whose tombstone holds the row's
+# unchanged-TOAST values (dev.tideline.writers.RareLines, KeyMoves).
+MOVE_WAIT_MS = 30_000
 # A history table's primary-key columns, in its Delta table properties (a version's key is key + version).
 KEYS_PROPERTY = "tideline.primaryKey"
 COMMIT_TS = "tl_commit_ts"

@@ -92,7 +92,8 @@ def write_pipeline(pipeline: PipelineConfig, path: Path) -> None:
 
 
 # The settings that point the `tide` command line at the tests' pipeline and stack.
-E2E_FIELDS = (*TEST_STACK, "pipeline_file", "job_redis_db", "job_trigger_interval")
+# job_realtime_sinks: a tide command that restarts the driver (rebuild, jobs start) keeps its execution model.
+E2E_FIELDS = (*TEST_STACK, "pipeline_file", "job_redis_db", "job_trigger_interval", "job_realtime_sinks")
 
 
 def tide_env(jobs: StackSettings) -> dict[str, str]:

@@ -56,8 +56,7 @@ def test_snapshot_then_a_minute_of_writes_converge_in_every_sink(run):
 
 def test_search_and_cache_writers_publish_what_they_applied_as_their_querys_group_offsets(run, stack):
     """`tide status` reads these positions beside the checkpoints (services/jobs/lag.py): a real-time
-    query's checkpoint alone would be up to an epoch old. Here, while the session's driver still runs
-    search and cache in Real-Time Mode (a `tide` command that restarts it starts micro-batches)."""
+    query's checkpoint alone would be up to an epoch old."""
     jobs, pipeline, _ = run
     topic = pipeline.topic("orders")
     before = lag.end_offsets(stack, [topic])[topic]

@@ -17,7 +17,7 @@ from elasticsearch import Elasticsearch
 
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
-from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR, Batch, Capability, LetterTopic, Sink
+from spark_jobs.sinks.base import MOVE_WAIT_MS, VERSION_MAJOR, VERSION_MINOR, Batch, Capability, LetterTopic, Sink
 from spark_jobs.sinks.elasticsearch import _mapping, _store
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES, WATERMARKS
 from spark_jobs.sinks.elasticsearch._store import ElasticsearchSinkError
@@ -32,9 +32,6 @@ LINGER_MS = 5
 # ... and the indices it wrote are refreshed (made searchable) at most every refresh_ms (TIDE_JOB_ES_REFRESH_MS)
 # by one thread per executor JVM: a refresh per bulk request would cost Elasticsearch more than the writes.
 REFRESH_MS = 100
-# How long the create of a moved row's new key waits for the move's delete of the old key (another
-# Kafka partition, so another task) to be applied, whose tombstone holds the unchanged-TOAST values.
-MOVE_WAIT_MS = 30_000
 
 
 class ElasticsearchSink(Sink):

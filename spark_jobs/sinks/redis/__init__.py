@@ -21,7 +21,7 @@ import redis
 from spark_jobs.aggregates import AggregateConfigError
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
-from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR, Batch, Capability, LetterTopic, Sink
+from spark_jobs.sinks.base import MOVE_WAIT_MS, VERSION_MAJOR, VERSION_MINOR, Batch, Capability, LetterTopic, Sink
 from spark_jobs.sinks.redis._scripts import RAISE_WATERMARK, aggregate_spec, row_scripts
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class RedisSink(Sink):
         RedisChangeWriter applies the same APPLY_BATCH calls the Python shipper sends."""
         return jvm.dev.tideline.writers.RedisChangeWriter(
             self.url, self._apply.source, RAISE_WATERMARK.source, self._prune.source, VERSION_MAJOR, VERSION_MINOR,
-            letters.bootstrap, letters.topic, f"apply:{self.name}", self.chunk_rows, LINGER_MS)
+            letters.bootstrap, letters.topic, f"apply:{self.name}", self.chunk_rows, LINGER_MS, MOVE_WAIT_MS)
 
 
 __all__ = ["ENCODING", "RedisSink", "columns_key", "decode_row", "glob_escape", "read_types", "row_key",

@@ -9,7 +9,8 @@ import org.apache.spark.sql.Row;
  * with Spark SQL (spark_jobs/sinks/redis/_commands.py, writer_rows); this class only ships them:
  * <ul>
  *   <li>{@code kind = "row"}: buffered ({@link ChangeBuffer}) and applied many per EVALSHA of APPLY_BATCH;
- *       a row Redis refuses becomes a dead letter with its reason.
+ *       a row Redis refuses becomes a dead letter with its reason. The create of a moved row waits for
+ *       the move's delete of its old key ({@link KeyMoves}).
  *   <li>{@code kind = "truncate"}: after every row before it, raise the watermark and prune (RedisStore).
  *   <li>{@code kind = "letter"}: a dead letter already built, produced as it is.
  * </ul>
@@ -36,14 +37,16 @@ public class RedisChangeWriter extends ChangeWriter<RedisChangeWriter.Change> {
   private final String pruneScript;
   private final String rowMajorField;
   private final String rowMinorField;
+  private final int moveWaitMs;
 
   // Per executor copy: the store (its pool is shared per JVM) lives as long as the task.
   private transient RedisStore store;
   private transient Backoff backoff;
+  private transient KeyMoves moves;
 
   public RedisChangeWriter(String redisUrl, String applyScript, String raiseWatermarkScript, String pruneScript,
                            String rowMajorField, String rowMinorField, String kafkaBootstrap,
-                           String deadLetterTopic, String stage, int maxRows, int lingerMs) {
+                           String deadLetterTopic, String stage, int maxRows, int lingerMs, int moveWaitMs) {
     super("tideline-redis-writer-", kafkaBootstrap, deadLetterTopic, stage, maxRows, lingerMs);
     this.redisUrl = redisUrl;
     this.applyScript = applyScript;
@@ -51,6 +54,7 @@ public class RedisChangeWriter extends ChangeWriter<RedisChangeWriter.Change> {
     this.pruneScript = pruneScript;
     this.rowMajorField = rowMajorField;
     this.rowMinorField = rowMinorField;
+    this.moveWaitMs = moveWaitMs;
   }
 
   @Override
@@ -60,6 +64,8 @@ public class RedisChangeWriter extends ChangeWriter<RedisChangeWriter.Change> {
         RedisStore.Script.of(raiseWatermarkScript), RedisStore.Script.of(pruneScript), rowMajorField,
         rowMinorField);
     backoff = Backoff.standard(RedisStore::isAway);
+    moves = new KeyMoves(creates -> backoff.call(stage + ": read moved rows' old keys", () -> store.settled(creates)),
+        moveWaitMs, Thread::sleep, System::currentTimeMillis);
   }
 
   @Override
@@ -83,8 +89,8 @@ public class RedisChangeWriter extends ChangeWriter<RedisChangeWriter.Change> {
 
   @Override
   void shipChunk(List<Change> chunk, DeadLetters letters) throws Exception {
-    ship(chunk, rows -> backoff.call(stage + ": apply " + rows.size() + " rows", () -> store.apply(rows, maxRows)),
-        letters);
+    ship(chunk, rows -> moves.apply(rows, part -> backoff.call(stage + ": apply " + part.size() + " rows",
+        () -> store.apply(part, maxRows))), letters);
   }
 
   /** Applies the rows, then sends a dead letter for each row Redis refused, naming its origin. */

@@ -113,6 +113,44 @@ public final class RedisStore {
   }
 
   /**
+   * Per create of a moved row (its APPLY_BATCH arguments): true when it need not wait for the move's
+   * delete (KeyMoves), that is when any of the old key's tombstone or row, the new key's row or
+   * tombstone, or the table's watermark holds its version or a newer one. One pipelined round trip.
+   */
+  public boolean[] settled(List<byte[][]> creates) throws Exception {
+    byte[] major = bytes("major");
+    byte[] minor = bytes("minor");
+    return guarded(() -> {
+      List<List<Response<List<byte[]>>>> reads = new ArrayList<>(creates.size());
+      try (Pipeline pipeline = client.pipelined()) {
+        for (byte[][] args : creates) {
+          reads.add(List.of(pipeline.hmget(args[KeyMoves.FROM_TOMB], major, minor),
+              pipeline.hmget(args[KeyMoves.FROM_ROW], rowMajor, rowMinor),
+              pipeline.hmget(args[KeyMoves.ROW], rowMajor, rowMinor), pipeline.hmget(args[KeyMoves.TOMB], major, minor),
+              pipeline.hmget(args[KeyMoves.MARK], major, minor)));
+        }
+        pipeline.sync();
+      }
+      boolean[] settled = new boolean[creates.size()];
+      for (int c = 0; c < creates.size(); c++) {
+        byte[][] args = creates.get(c);
+        Version incoming = new Version(number(args[KeyMoves.MAJOR]), number(args[KeyMoves.MINOR]));
+        for (Response<List<byte[]>> read : reads.get(c)) settled[c] |= !incoming.above(versionOf(read.get()));
+      }
+      return settled;
+    });
+  }
+
+  /** A hash's version fields as HMGET returned them; (0, 0) when the key or a field is missing. */
+  static Version versionOf(List<byte[]> fields) {
+    return new Version(number(fields.get(0)), number(fields.get(1)));
+  }
+
+  private static long number(byte[] text) {
+    return text == null ? 0 : (long) Double.parseDouble(text(text)); // Lua may store a version as a float
+  }
+
+  /**
    * Raises the table's watermark, then deletes its rows and tombstones below it (Shipper.truncate).
    * Pruning runs even when the watermark did not rise: a replayed truncate finishes a prune an earlier
    * attempt left half done. Any error reply throws; the epoch is replayed, and pruning is idempotent.
