@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.connector.slot_safety import DEFAULT_LAG_WARN_BYTES
 from services.versions import PROJECT_ROOT
-from spark_jobs.settings import sink_names
+from spark_jobs.settings import REALTIME_CAPABLE, sink_names
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 JvmSize = Annotated[str, Field(pattern=r"^\d+[mMgG]$")]
@@ -88,7 +88,7 @@ class StackSettings(BaseSettings):
     # The cache sink's Redis database (a truncate scans it, so it is best not shared).
     job_redis_db: int = Field(default=0, ge=0, le=15)
     # The queries run in Spark's Real-Time Mode (docs/apply.md); the others run micro-batches.
-    job_realtime_sinks: Annotated[list[str], NoDecode] = []
+    job_realtime_sinks: Annotated[list[str], NoDecode] = list(REALTIME_CAPABLE)
 
     startup_timeout_s: float = Field(default=240.0, gt=0)
 

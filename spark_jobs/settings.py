@@ -58,9 +58,10 @@ class JobSettings(BaseSettings):
 
     sinks: list[SinkName] = list(SINKS)
     # The queries that run in Real-Time Mode instead of micro-batches: long-running tasks, one per Kafka
-    # partition they read, each record written as it arrives (docs/apply.md). Empty: all micro-batches.
+    # partition they read, each record written as it arrives (docs/apply.md). By default every sink
+    # with a JVM writer; empty (TIDE_JOB_REALTIME_SINKS= or '[]'): every query runs micro-batches.
     # A JSON list or names separated by commas: TIDE_JOB_REALTIME_SINKS=cache.
-    realtime_sinks: Annotated[list[SinkName], NoDecode] = []
+    realtime_sinks: Annotated[list[SinkName], NoDecode] = list(REALTIME_CAPABLE)
     # Real-Time Mode's epoch: how often its offsets are checkpointed and its progress reported (Spark's
     # minimum is 5 seconds). Records are written as they arrive whatever this is.
     realtime_epoch: Annotated[str, Field(pattern=r"^\d+ (seconds|minutes)$")] = "5 seconds"

@@ -1,5 +1,5 @@
 """The running pipeline the end-to-end modules share: seeded data, a connector of its own, the apply
-driver started the way `tide jobs start` starts it (the cache's query in Real-Time Mode), and a
+driver started the way `tide jobs start` starts it (search and cache in Real-Time Mode), and a
 minute of workload. Session-scoped so
 every module reuses one running driver instead of starting its own; stopped as soon as no later
 test uses it, so it never outlives its users into a test that takes the stack down (test_up.py)."""
@@ -66,9 +66,6 @@ def run(request, stack: StackSettings, tmp_path_factory):
             "pipeline_file": state / "pipeline.yaml",
             "job_redis_db": REDIS_DB,
             "job_trigger_interval": "1 seconds",
-            # Search and cache run in Real-Time Mode here (their JVM writers, docs/apply.md); the other
-            # end-to-end routes (tide up, chaos, compose) run the default micro-batches.
-            "job_realtime_sinks": ["search", "cache"],
         }
     )
     redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB).flushdb()

@@ -25,6 +25,10 @@ def test_the_real_time_sinks_are_read_as_a_list_or_names_and_unknown_writers_ref
     assert read_settings().realtime_sinks == ["cache"]
     monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", "search,cache")
     assert read_settings().realtime_sinks == ["search", "cache"]
+    monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", "")
+    assert read_settings().realtime_sinks == [], "empty: every query runs micro-batches"
+    monkeypatch.delenv("TIDE_JOB_REALTIME_SINKS")
+    assert read_settings().realtime_sinks == ["search", "cache"], "by default, every sink with a JVM writer"
     monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", "warehouse")
     with pytest.raises(ValueError, match="^invalid setting TIDE_JOB_REALTIME_SINKS: .*warehouse cannot run in Real-Time"):
         read_settings()
@@ -35,7 +39,7 @@ def test_a_local_driver_gets_a_slot_per_partition_its_real_time_queries_read_on_
     settings = JobSettings(realtime_sinks=["cache"], master="local[4]")
     assert needed_slots(settings, PIPELINE) == partitions
     assert local_master(settings, PIPELINE) == f"local[{4 + partitions}]"
-    assert local_master(JobSettings(master="local[4]"), PIPELINE) == "local[4]"
+    assert local_master(JobSettings(realtime_sinks=[], master="local[4]"), PIPELINE) == "local[4]"
     assert local_master(JobSettings(realtime_sinks=["cache"], master="spark://m:7077"), PIPELINE) == "spark://m:7077"
     # A driver that runs only the Delta queries (TIDE_JOB_DELTA_DRIVER_NICE) holds no real-time slots.
     delta_only = JobSettings(realtime_sinks=["cache"], sinks=["warehouse", "analytics"], master="local[4]")

@@ -36,16 +36,28 @@ class KeyMovesTest {
     long clock;
 
     KeyMoves moves() {
-      return new KeyMoves(creates -> {
+      return moves(creates -> {
         boolean[] settled = new boolean[creates.size()];
         for (int c = 0; c < creates.size(); c++) {
           settled[c] = settledFrom.contains(new String(creates.get(c)[KeyMoves.FROM_ROW], StandardCharsets.UTF_8));
         }
         return settled;
-      }, WAIT_MS, millis -> {
+      });
+    }
+
+    /** Moves reading the store through {@code reader}, sleeping on the test's clock. */
+    KeyMoves moves(KeyMoves.Reader reader) {
+      return new KeyMoves(reader, WAIT_MS, millis -> {
         sleeps.add(millis);
         clock += millis;
       }, () -> clock);
+    }
+
+    void applyAlone(KeyMoves moves, byte[][] row) throws Exception {
+      moves.apply(List.<byte[][]>of(row), part -> {
+        calls.add(part.stream().map(KeyMovesTest::key).toList());
+        return Map.of();
+      });
     }
 
     Map<Integer, String> apply(KeyMoves moves, List<byte[][]> rows, String refuse) throws Exception {
@@ -86,17 +98,11 @@ class KeyMovesTest {
   @Test
   void aTaskWithNothingElseToApplyPollsUntilTheDeleteIsApplied() throws Exception {
     Store store = new Store();
-    KeyMoves moves = new KeyMoves(creates -> {
+    KeyMoves moves = store.moves(creates -> {
       if (store.clock >= 40) store.settledFrom.add("products:1");
       return new boolean[] {store.settledFrom.contains("products:1")};
-    }, WAIT_MS, millis -> {
-      store.sleeps.add(millis);
-      store.clock += millis;
-    }, () -> store.clock);
-    moves.apply(List.<byte[][]>of(row("products:101", "u", "products:1", 1)), part -> {
-      store.calls.add(part.stream().map(KeyMovesTest::key).toList());
-      return Map.of();
     });
+    store.applyAlone(moves, row("products:101", "u", "products:1", 1));
     assertEquals(List.of(20L, 20L), store.sleeps);
     assertEquals(List.of(List.of("products:101")), store.calls);
   }
@@ -104,14 +110,7 @@ class KeyMovesTest {
   @Test
   void aCreateWhoseOldKeyNeverSettlesGoesAfterTheWait() throws Exception {
     Store store = new Store();
-    KeyMoves moves = new KeyMoves(creates -> new boolean[creates.size()], WAIT_MS, millis -> {
-      store.sleeps.add(millis);
-      store.clock += millis;
-    }, () -> store.clock);
-    moves.apply(List.<byte[][]>of(row("products:101", "u", "products:1", 2)), part -> {
-      store.calls.add(part.stream().map(KeyMovesTest::key).toList());
-      return Map.of();
-    });
+    store.applyAlone(store.moves(creates -> new boolean[creates.size()]), row("products:101", "u", "products:1", 2));
     assertEquals(List.of(List.of("products:101")), store.calls);
     assertEquals(WAIT_MS, store.sleeps.stream().mapToLong(Long::longValue).sum());
     assertTrue(KeyMoves.keepsFromOldKey(row("products:101", "u", "products:1", 2)));
