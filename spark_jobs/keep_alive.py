@@ -35,6 +35,9 @@ log = logging.getLogger("tideline.keep_alive")
 CONFIG_REFUSED = 78
 # The driver's exit status when its JVM died under it (sysexits' EX_SOFTWARE): restarted.
 JVM_DIED = 70
+# The driver's exit status when it asks to be started again (sysexits' EX_TEMPFAIL): a reload of
+# pipeline.yaml gave its real-time queries more partitions than its session has task slots.
+RESTART = 75
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # How long a failed driver loop waits to see whether the JVM ended (its sockets close as it exits).
 JVM_EXIT_WAIT_S = 5.0
@@ -177,5 +180,5 @@ def main(children: list[Child]) -> None:
     sys.exit(run_all(children))
 
 
-__all__ = ["CONFIG_REFUSED", "JVM_DIED", "Child", "run_all", "exit_with_the_jvm", "launched_jvm", "restarts_after", "run",
+__all__ = ["CONFIG_REFUSED", "JVM_DIED", "RESTART", "Child", "run_all", "exit_with_the_jvm", "launched_jvm", "restarts_after", "run",
            "run_until_the_jvm_ends"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,8 @@ from spark_jobs.catalogue import Catalogue, LiveCatalogue
 from spark_jobs.changes.stream import decode_stream
 from spark_jobs.config import PipelineConfig, PipelineConfigError, load
 from spark_jobs.newest import newest_per_row
-from spark_jobs.realtime import create_topic, follow_up, partitions_read, require_slots, task_slots_of
+from spark_jobs.keep_alive import RESTART
+from spark_jobs.realtime import create_topic, follow_up, outgrown, partitions_read, require_slots, task_slots_of
 from spark_jobs.realtime import start as start_realtime
 from spark_jobs.settings import JobSettings, SinkName
 from spark_jobs.sinks.base import Batch, Capability, Sink
@@ -280,6 +282,7 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
             try:
                 pipeline, reloads.error = _reload(settings, pipeline, supervised), None
                 catalogue = live_catalogue(settings, pipeline)
+                _restart_if_outgrown(spark, settings, pipeline, supervised)
             except PipelineConfigError as exc:
                 reloads.error = str(exc)
                 log.error("pipeline.yaml not re-read: %s", exc)
@@ -315,6 +318,25 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
         except StreamingQueryException:
             pass  # a query failed: the next pass records its error and restarts it with backoff
         spark.streams.resetTerminated()
+
+
+def _restart_if_outgrown(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig,
+                         supervised: dict[str, _Supervised]) -> None:
+    """End the driver, asking the keep-alive to start it again, when the reloaded `pipeline` gives the
+    real-time queries more partitions than the session has task slots: a local session's slots are
+    fixed when it starts (`realtime.local_master`), and a query with fewer would be refused. The
+    restarted driver starts every query with the new tables (the reload is already done: stopped
+    queries, retired checkpoints)."""
+    master = spark.sparkContext.master
+    if (wanted := outgrown(master, settings, pipeline)) is None:
+        return
+    log.warning("pipeline.yaml's real-time queries need %s, this session has %s: the driver stops, to be "
+                "started again with them", wanted, master)
+    for state in supervised.values():
+        if state.query is not None and state.query.isActive:
+            state.query.stop()
+    spark.stop()
+    sys.exit(RESTART)
 
 
 def _restart_on_new_catalogue(sink: str, state: _Supervised, catalogue: Catalogue, tables: list[str]) -> None:

@@ -64,6 +64,15 @@ def local_master(settings: JobSettings, pipeline: PipelineConfig) -> str | None:
     return f"local[{int(found.group(1)) + extra}{found.group(2) or ''}]"
 
 
+def outgrown(master: str, settings: JobSettings, pipeline: PipelineConfig) -> str | None:
+    """The local master a driver needs for `pipeline` when it is larger than `master` (the session's):
+    a reload added tables, and so partitions, to a real-time query. None when `master` suffices or is
+    not local (a cluster manager's slots are not counted)."""
+    wanted = local_master(settings, pipeline)
+    have, need = task_slots_of(master), task_slots_of(wanted)
+    return wanted if have is not None and need is not None and need > have else None
+
+
 def task_slots_of(master: str | None) -> int | None:
     """Task slots of a local master (local[N], local[*]); None when a cluster manager decides."""
     found = _LOCAL.match(master or "")
@@ -184,4 +193,4 @@ def follow_up(main: StreamingQuery, records: DataFrame, sink: Sink, settings: Jo
 
 
 __all__ = ["FollowUpWriter", "QueryGroup", "SlotsError", "create_topic", "follow_up", "local_master", "needed_slots",
-           "partitions_read", "require_slots", "start", "task_slots_of"]
+           "outgrown", "partitions_read", "require_slots", "start", "task_slots_of"]

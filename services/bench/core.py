@@ -26,6 +26,7 @@ from services.stack import postgres, process, runner
 from services.stack.catalogue import CATALOGUE
 from services.stack.service import StackError
 from spark_jobs.config import PipelineConfig
+from spark_jobs.checkpoints import Offsets, furthest
 from spark_jobs.settings import SINKS, JobSettings, SinkName
 
 T = TypeVar("T")
@@ -191,11 +192,12 @@ class Bench:
             return lag.end_offsets(self.settings, self.topics(), consumer=self._consumer)
 
     def progress(self, sinks: tuple[SinkName, ...] | None = None) -> dict[str, int]:
-        """Records in the change topics (`captured`) and, per sink (default: the run's), records its query has committed."""
+        """Records in the change topics (`captured`) and, per sink (default: the run's), records its
+        query has applied (`positions`)."""
         ends = self.end_offsets()
         counts = {"captured": sum(offset for parts in ends.values() for offset in parts.values())}
-        for sink in self.sinks if sinks is None else sinks:
-            committed = lag.committed_offsets(self.settings.state_dir / "checkpoints" / sink)
+        sinks = self.sinks if sinks is None else sinks
+        for sink, committed in self.positions(sinks).items():
             mine = {topic: parts for topic, parts in ends.items() if topic in self.topics(sink)}
             counts[sink] = sum(
                 min(committed.get(topic, {}).get(part, 0), end) for topic, parts in mine.items() for part, end in parts.items()
@@ -203,15 +205,14 @@ class Bench:
         return counts
 
     def behind(self) -> dict[str, int]:
-        """Records each sink has not yet committed, against the topics' end offsets now; for a sink with
-        a follow-up query (search's nested views in Real-Time Mode), its records too: the sink has not
-        applied a change until that query has."""
+        """Records each sink has not yet applied (`positions`), against the topics' end offsets now; for a
+        sink with a follow-up query (search's nested views in Real-Time Mode), its records too: the sink
+        has not applied a change until that query has."""
         ends = self.end_offsets()
         checkpoints = self.settings.state_dir / "checkpoints"
         behind = {
-            sink: lag.records_behind(lag.committed_offsets(checkpoints / sink),
-                                     {topic: ends.get(topic, {}) for topic in self.topics(sink)})
-            for sink in self.sinks
+            sink: lag.records_behind(applied, {topic: ends.get(topic, {}) for topic in self.topics(sink)})
+            for sink, applied in self.positions(self.sinks).items()
         }
         for sink, topic in self.follow_up_topics.items():
             with self._kafka_lock:
@@ -219,15 +220,29 @@ class Bench:
             behind[sink] += lag.records_behind(lag.committed_offsets(checkpoints / f"{sink}-follow-up"), follow_ends)
         return behind
 
+    def positions(self, sinks: tuple[SinkName, ...]) -> dict[str, Offsets]:
+        """Per sink, what its query has applied: its checkpoint's offsets or, further, what a real-time
+        query's writers published as applied since its last epoch (as `tide status` reads it)."""
+        checkpoints = self.settings.state_dir / "checkpoints"
+        positions = {sink: lag.committed_offsets(checkpoints / sink) for sink in sinks}
+        realtime = {sink: checkpoints / sink for sink in sinks if sink in self.realtime_sinks}
+        if realtime:
+            applied = lag.applied_offsets(self.settings, realtime)
+            positions = {sink: furthest(offsets, applied.get(sink, {})) for sink, offsets in positions.items()}
+        return positions
+
+    @cached_property
+    def realtime_sinks(self) -> list[SinkName]:
+        return driver.job_settings(self.settings).realtime_sinks
+
     @cached_property
     def follow_up_topics(self) -> dict[SinkName, str]:
         """The run's real-time sinks' follow-up topics (spark_jobs/realtime.py): search's, with nested views."""
         from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 
-        jobs = driver.job_settings(self.settings)
-        if "search" not in self.sinks or "search" not in jobs.realtime_sinks:
+        if "search" not in self.sinks or "search" not in self.realtime_sinks:
             return {}
-        topic = ElasticsearchSink(jobs.elasticsearch_url, self.pipeline).follow_up_topic()
+        topic = ElasticsearchSink(driver.job_settings(self.settings).elasticsearch_url, self.pipeline).follow_up_topic()
         return {"search": topic} if topic else {}
 
     def wait_caught_up(self, timeout_s: float, stall_s: float | None = None) -> float:

@@ -81,7 +81,12 @@ def kill_and_restart(target: Target, name: str, rnd: random.Random) -> str:
     if name == "connect":
         _wait_for_streaming(target)
     started = target.running(name)
-    in_flight = observe.in_flight(target.jobs.state_dir / "checkpoints") if name == "driver" else []
+    checkpoints = target.jobs.state_dir / "checkpoints"
+    in_flight = observe.in_flight(checkpoints) if name == "driver" else []
+    # Real-Time Mode writes an epoch's offsets only when it commits it: its epoch in flight shows as
+    # what its writers applied past the last commit, which the restarted driver applies again.
+    past_epoch = observe.applied_past_epoch(target.jobs, checkpoints, driver.job_settings(target.jobs).realtime_sinks
+                                            ) if name == "driver" else {}
     killed_at = time.time()
     os.killpg(started.pid, signal.SIGKILL)
     _wait_gone(started, name)
@@ -90,9 +95,10 @@ def kill_and_restart(target: Target, name: str, rnd: random.Random) -> str:
     began = time.monotonic()
     _restart(target, name)
     batches = ", ".join(f"{b.sink} {b.batch}" for b in in_flight)
+    epochs = ", ".join(f"{sink} {records}" for sink, records in past_epoch.items())
     return f"kill -9 pid {started.pid}, healthy again in {time.monotonic() - began:.0f}s" + (
-        f"; batches in flight: {batches}" if name == "driver" else ""
-    )
+        f"; batches in flight: {batches or 'none'}" if name == "driver" else ""
+    ) + (f"; real-time records applied past the last epoch (at least): {epochs}" if past_epoch else "")
 
 
 def _wait_for_a_batch(target: Target, timeout_s: float = 30.0) -> None:

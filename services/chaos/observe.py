@@ -8,7 +8,9 @@ micro-batches the Spark driver ran again after a crash.
 - A replayed micro-batch is a batch whose offsets a driver wrote to a query's checkpoint (the batch
   was planned and running) and that a driver killed with kill -9 never committed; the commit for
   that same batch id, with the same offsets, written after the kill, is the restarted driver
-  running it again.
+  running it again. A Real-Time Mode query writes an epoch's offsets only as it commits it, so its
+  epoch in flight is seen instead as the records its writers applied past its last commit
+  (`applied_past_epoch`): a driver killed then applies them again from the checkpoint.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from kafka.errors import KafkaError
 
 from services.connector import topics as change_topics
+from services.jobs import lag
 from services.settings import StackSettings
 from spark_jobs.changes import Change, DecodeError, decode
 from spark_jobs.changes.envelope import row_id
@@ -121,6 +124,14 @@ def stale_records(records: Iterable[Delivered], how_many: int, rnd: random.Rando
             continue
         candidates.append(first)
     return rnd.sample(candidates, min(how_many, len(candidates)))
+
+
+def applied_past_epoch(settings: StackSettings, checkpoints: Path, sinks: Iterable[str]) -> dict[str, int]:
+    """Per real-time query, the records its writers published as applied (services/jobs/lag.py) past
+    its checkpoint's last commit; the positions are published every half second, so a lower bound."""
+    paths = {sink: checkpoints / sink for sink in sinks}
+    applied = lag.applied_offsets(settings, paths)
+    return {sink: lag.records_behind(lag.committed_offsets(path), applied[sink]) for sink, path in paths.items()}
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pytest
 from spark_jobs import config
 from spark_jobs.catalogue import Column
 from spark_jobs.pipeline import columns_changed
-from spark_jobs.realtime import SlotsError, local_master, needed_slots, require_slots, task_slots_of
+from spark_jobs.realtime import SlotsError, local_master, needed_slots, outgrown, require_slots, task_slots_of
 from spark_jobs.settings import JobSettings, read_settings
 from tests.demo_catalogue import demo_catalogue
 
@@ -44,6 +44,18 @@ def test_a_local_driver_gets_a_slot_per_partition_its_real_time_queries_read_on_
     # A driver that runs only the Delta queries (TIDE_JOB_DELTA_DRIVER_NICE) holds no real-time slots.
     delta_only = JobSettings(realtime_sinks=["cache"], sinks=["warehouse", "analytics"], master="local[4]")
     assert local_master(delta_only, PIPELINE) == "local[4]"
+
+
+def test_a_reload_that_gives_the_real_time_queries_more_partitions_asks_for_a_larger_local_master():
+    settings = JobSettings(master="local[4]")  # search and cache in Real-Time Mode
+    started = local_master(settings, PIPELINE)
+    one_more = PIPELINE.model_copy(update={"tables": {**PIPELINE.tables, "notes": PIPELINE.tables["products"]}})
+    wanted = local_master(settings, one_more)
+    assert task_slots_of(wanted) == task_slots_of(started) + 2 * PIPELINE.source.partitions
+    assert outgrown(started, settings, one_more) == wanted
+    assert outgrown(started, settings, PIPELINE) is None, "the same tables fit"
+    assert outgrown(wanted, settings, PIPELINE) is None, "fewer tables fit in the larger session"
+    assert outgrown("spark://m:7077", settings, one_more) is None, "a cluster manager's slots are not counted"
 
 
 def test_slots_are_counted_for_local_masters_only():
