@@ -21,7 +21,9 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -288,6 +290,7 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
                 log.error("pipeline.yaml not re-read: %s", exc)
             reloads.handled = request
         paused = control.read_paused(settings.paused_file)
+        due: list[str] = []
         for sink, state in supervised.items():
             if _hold_paused(sink, state, sink in paused):
                 continue
@@ -304,20 +307,46 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
                 log.error("query %s stopped: %s; restarting in %.0fs", sink, state.last_error, wait)
                 state.query, state.retry_at = None, now + wait
             elif now >= state.retry_at:
-                try:
-                    state.catalogue = catalogue.current() if sink in settings.realtime_sinks else None
-                    state.query, state.started_at = build_query(spark, settings, pipeline, sink), now
-                except Exception as exc:  # noqa: BLE001 - e.g. the store is down during setup: retry later
-                    state.last_error = str(exc)[:500]
-                    wait = state.backoff.after()
-                    log.error("cannot start query %s: %s; retrying in %.0fs", sink, exc, wait)
-                    state.retry_at = now + wait
+                due.append(sink)
+        _start_all(spark, settings, pipeline, {sink: supervised[sink] for sink in due}, catalogue)
         write_status(settings, supervised, pipeline, reloads)
         try:
             spark.streams.awaitAnyTermination(timeout=5)
         except StreamingQueryException:
             pass  # a query failed: the next pass records its error and restarts it with backoff
         spark.streams.resetTerminated()
+
+
+def _start_all(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig,
+               due: dict[str, _Supervised], catalogue: LiveCatalogue) -> None:
+    """Start the `due` queries at once, one thread each: a query's start is mostly waiting (on the
+    stores' set-up requests, on the Delta log's reads, on Spark jobs of one task), so they overlap
+    on 2 cores; measured at a driver start: 24 s one after the other. Real-time queries start one
+    at a time among themselves, as each counts the task slots the others already hold."""
+    if not due:
+        return
+    realtime_lock = threading.Lock()
+
+    def start_one(sink: str, state: _Supervised) -> None:
+        began = time.monotonic()
+        try:
+            if sink in settings.realtime_sinks:
+                with realtime_lock:
+                    state.catalogue = catalogue.current()
+                    state.query = build_query(spark, settings, pipeline, sink)
+            else:
+                state.catalogue, state.query = None, build_query(spark, settings, pipeline, sink)
+            state.started_at = began
+            log.info("query %s started in %.1f s", sink, time.monotonic() - began)
+        except Exception as exc:  # noqa: BLE001 - e.g. the store is down during setup: retry later
+            state.last_error = str(exc)[:500]
+            wait = state.backoff.after()
+            log.error("cannot start query %s: %s; retrying in %.0fs", sink, exc, wait)
+            state.retry_at = time.monotonic() + wait
+
+    with ThreadPoolExecutor(max_workers=len(due), thread_name_prefix="query-start") as pool:
+        for future in [pool.submit(start_one, sink, state) for sink, state in due.items()]:
+            future.result()
 
 
 def _restart_if_outgrown(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig,

@@ -26,7 +26,7 @@ from services.stack import postgres, process, runner
 from services.stack.catalogue import CATALOGUE
 from services.stack.service import StackError
 from spark_jobs.config import PipelineConfig
-from spark_jobs.checkpoints import Offsets, furthest
+from spark_jobs.checkpoints import Offsets
 from spark_jobs.settings import SINKS, JobSettings, SinkName
 
 T = TypeVar("T")
@@ -224,12 +224,7 @@ class Bench:
         """Per sink, what its query has applied: its checkpoint's offsets or, further, what a real-time
         query's writers published as applied since its last epoch (as `tide status` reads it)."""
         checkpoints = self.settings.state_dir / "checkpoints"
-        positions = {sink: lag.committed_offsets(checkpoints / sink) for sink in sinks}
-        realtime = {sink: checkpoints / sink for sink in sinks if sink in self.realtime_sinks}
-        if realtime:
-            applied = lag.applied_offsets(self.settings, realtime)
-            positions = {sink: furthest(offsets, applied.get(sink, {})) for sink, offsets in positions.items()}
-        return positions
+        return lag.positions(self.settings, {sink: checkpoints / sink for sink in sinks}, self.realtime_sinks)
 
     @cached_property
     def realtime_sinks(self) -> list[SinkName]:

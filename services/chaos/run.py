@@ -214,12 +214,19 @@ def _converge(stack: StackSettings, jobs: StackSettings, pipeline: PipelineConfi
     _wait(captured, deadline, f"slot {slot} to confirm every write (connector: {_connector_state(stack, pipeline)})")
     ends = {sink: lag.end_offsets(stack, [pipeline.topic(t) for t in pipeline.sink_tables(sink)]) for sink in SINKS}
 
+    caught_at: dict[str, float] = {}  # each sink's catch-up, seconds after the writers stopped
+
     def behind() -> dict[str, int]:
-        return {sink: lag.records_behind(lag.committed_offsets(jobs.state_dir / "checkpoints" / sink), ends[sink])
-                for sink in SINKS}
+        found = {sink: lag.records_behind(lag.committed_offsets(jobs.state_dir / "checkpoints" / sink), ends[sink])
+                 for sink in SINKS}
+        for sink in (sink for sink, records in found.items() if not records):
+            caught_at.setdefault(sink, timeout_s - (deadline - time.monotonic()))
+        return found
 
     _wait(lambda: not any(behind().values()), deadline, f"every sink to catch up (records behind: {behind()})")
-    say(f"converged: capture and every sink caught up, {timeout_s - (deadline - time.monotonic()):.0f}s after the writers stopped")
+    each = ", ".join(f"{sink} {at:.0f}s" for sink, at in caught_at.items())
+    say(f"converged: capture and every sink caught up, {timeout_s - (deadline - time.monotonic()):.0f}s after the "
+        f"writers stopped ({each})")
 
 
 def _wait(predicate: Callable[[], bool], deadline: float, what: str) -> None:

@@ -5,14 +5,15 @@ as the offsets of a consumer group of the query's own (spark_jobs/jars' AppliedP
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from services.settings import StackSettings
-from spark_jobs.checkpoints import Offsets, committed_offsets, query_id
+from spark_jobs.checkpoints import Offsets, committed_offsets, furthest, query_id
 
-__all__ = ["applied_offsets", "committed_offsets", "end_offsets", "records_behind"]
+__all__ = ["applied_offsets", "committed_offsets", "end_offsets", "positions", "records_behind"]
 
 # AppliedPositions.GROUP_PREFIX: a real-time query's group is this and its query id.
 APPLIED_GROUP_PREFIX = "tideline-applied-"
@@ -39,6 +40,18 @@ def applied_offsets(settings: StackSettings, checkpoints: dict[str, Path],
                 offsets.setdefault(tp.topic, {})[tp.partition] = committed.offset
         result[name] = offsets
     return result
+
+
+def positions(settings: StackSettings, checkpoints: dict[str, Path], realtime: Iterable[str],
+              bootstrap_timeout_ms: int = 30_000) -> dict[str, Offsets]:
+    """{query: offsets it has applied}: its checkpoint's or, for a real-time query (in `realtime`), the
+    further of those and what its writers published as applied since its last epoch."""
+    committed = {name: committed_offsets(path) for name, path in checkpoints.items()}
+    live = {name: checkpoints[name] for name in realtime if name in checkpoints}
+    if not live:
+        return committed
+    applied = applied_offsets(settings, live, bootstrap_timeout_ms)
+    return {name: furthest(offsets, applied.get(name, {})) for name, offsets in committed.items()}
 
 
 def end_offsets(settings: StackSettings, topics: list[str], bootstrap_timeout_ms: int = 30_000,

@@ -31,7 +31,6 @@ from services.status.figures import (
     query_state,
 )
 from spark_jobs.changes import DecodeError, decode
-from spark_jobs.checkpoints import furthest
 from spark_jobs.config import PipelineConfig
 from spark_jobs.settings import SINKS
 
@@ -96,12 +95,10 @@ def sink_figures(
     jobs = driver.job_settings(settings)
     views = {sink: {table: pipeline.topic(table) for table in pipeline.sink_tables(sink)} for sink in SINKS}
     checkpoints = {sink: jobs.checkpoint_dir / sink for sink in SINKS}
-    committed = {sink: lag.committed_offsets(path) for sink, path in checkpoints.items()}
+    committed = {sink: lag.committed_offsets(path) for sink, path in checkpoints.items()}  # if Kafka is away
     try:
         # A real-time query commits at its epochs' ends only: what its writers applied since counts too.
-        applied = lag.applied_offsets(settings, {sink: checkpoints[sink] for sink in jobs.realtime_sinks},
-                                      BOOTSTRAP_TIMEOUT_MS)
-        committed = {sink: furthest(offsets, applied.get(sink, {})) for sink, offsets in committed.items()}
+        committed = lag.positions(settings, checkpoints, jobs.realtime_sinks, BOOTSTRAP_TIMEOUT_MS)
         topics = sorted({topic for names in views.values() for topic in names.values()})
         ends = lag.end_offsets(settings, topics, BOOTSTRAP_TIMEOUT_MS)
         wanted = {span for sink, topics in views.items() for topic in topics.values()
