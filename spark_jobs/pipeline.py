@@ -400,6 +400,22 @@ def _hold_paused(sink: str, state: _Supervised, paused: bool) -> bool:
     return paused
 
 
+# A query that refuses its plan or subscription stops within a second or two of its first batch's start
+# (the loop would see it stopped sooner: a termination ends its wait at once).
+RUNNING_AFTER_S = 5.0
+
+
+def _running(state: _Supervised) -> bool:
+    """Whether the query has made progress, or has been in a batch (a real-time query's first epoch,
+    which reports progress only at its end) for RUNNING_AFTER_S: its plan and subscription were taken."""
+    query = state.query
+    if query is None or not query.isActive:
+        return False
+    if query.lastProgress is not None:
+        return True
+    return bool(query.status.get("isTriggerActive")) and time.monotonic() - state.started_at >= RUNNING_AFTER_S
+
+
 def write_status(settings: JobSettings, supervised: dict[str, _Supervised], pipeline: PipelineConfig,
                  reloads: _Reloads) -> None:
     """Each query's state and tables for `tide jobs status` and `tide tables` (written atomically:
@@ -412,6 +428,7 @@ def write_status(settings: JobSettings, supervised: dict[str, _Supervised], pipe
                 "paused": state.paused,
                 "last_error": state.last_error,
                 "batch_id": (state.query.lastProgress or {}).get("batchId") if state.query else None,
+                "running": _running(state),
                 "tables": pipeline.sink_tables(sink),
             }
             for sink, state in supervised.items()

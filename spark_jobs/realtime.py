@@ -148,6 +148,10 @@ class QueryGroup:
     def lastProgress(self) -> dict | None:  # noqa: N802 - StreamingQuery's name
         return self.queries[0].lastProgress
 
+    @property
+    def status(self) -> dict:
+        return self.queries[0].status
+
     def exception(self) -> object:
         return next((error for query in self.queries if (error := query.exception()) is not None), None)
 

@@ -63,8 +63,11 @@ class JobSettings(BaseSettings):
     # A JSON list or names separated by commas: TIDE_JOB_REALTIME_SINKS=cache.
     realtime_sinks: Annotated[list[SinkName], NoDecode] = list(REALTIME_CAPABLE)
     # Real-Time Mode's epoch: how often its offsets are checkpointed and its progress reported (Spark's
-    # minimum is 5 seconds). Records are written as they arrive whatever this is.
-    realtime_epoch: Annotated[str, Field(pattern=r"^\d+ (seconds|minutes)$")] = "5 seconds"
+    # minimum is 5 seconds). Records are written as they arrive whatever this is. Each epoch's start
+    # costs planning and a task launch per partition: idle, the jobs took 26 % of a core with 5-s
+    # epochs and 6-7 % with 30-s ones (docs/benchmarks.md); a restarted driver applies again at most
+    # an epoch's changes (idempotent). Status reads what the writers applied, not the epochs.
+    realtime_epoch: Annotated[str, Field(pattern=r"^\d+ (seconds|minutes)$")] = "30 seconds"
     # Back-pressure: how often a micro-batch starts and how many records it may take.
     trigger_interval: Annotated[str, Field(pattern=r"^\d+ (milliseconds|seconds|minutes)$")] = "2 seconds"
     # Delta pays a fixed cost per MERGE (several Spark jobs per table), so the warehouse runs

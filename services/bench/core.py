@@ -223,8 +223,7 @@ class Bench:
     def positions(self, sinks: tuple[SinkName, ...]) -> dict[str, Offsets]:
         """Per sink, what its query has applied: its checkpoint's offsets or, further, what a real-time
         query's writers published as applied since its last epoch (as `tide status` reads it)."""
-        checkpoints = self.settings.state_dir / "checkpoints"
-        return lag.positions(self.settings, {sink: checkpoints / sink for sink in sinks}, self.realtime_sinks)
+        return lag.sink_positions(self.settings, sinks)
 
     @cached_property
     def realtime_sinks(self) -> list[SinkName]:

@@ -217,8 +217,7 @@ def _converge(stack: StackSettings, jobs: StackSettings, pipeline: PipelineConfi
     caught_at: dict[str, float] = {}  # each sink's catch-up, seconds after the writers stopped
 
     def behind() -> dict[str, int]:
-        found = {sink: lag.records_behind(lag.committed_offsets(jobs.state_dir / "checkpoints" / sink), ends[sink])
-                 for sink in SINKS}
+        found = {sink: lag.records_behind(applied, ends[sink]) for sink, applied in lag.sink_positions(jobs, SINKS).items()}
         for sink in (sink for sink, records in found.items() if not records):
             caught_at.setdefault(sink, timeout_s - (deadline - time.monotonic()))
         return found

@@ -10,10 +10,11 @@ from pathlib import Path
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
+from services.jobs import driver
 from services.settings import StackSettings
 from spark_jobs.checkpoints import Offsets, committed_offsets, furthest, query_id
 
-__all__ = ["applied_offsets", "committed_offsets", "end_offsets", "positions", "records_behind"]
+__all__ = ["applied_offsets", "committed_offsets", "end_offsets", "positions", "records_behind", "sink_positions"]
 
 # AppliedPositions.GROUP_PREFIX: a real-time query's group is this and its query id.
 APPLIED_GROUP_PREFIX = "tideline-applied-"
@@ -52,6 +53,15 @@ def positions(settings: StackSettings, checkpoints: dict[str, Path], realtime: I
         return committed
     applied = applied_offsets(settings, live, bootstrap_timeout_ms)
     return {name: furthest(offsets, applied.get(name, {})) for name, offsets in committed.items()}
+
+
+def sink_positions(settings: StackSettings, sinks: Iterable[str], bootstrap_timeout_ms: int = 30_000
+                   ) -> dict[str, Offsets]:
+    """`positions` of `sinks`' queries as the driver of `settings` runs them (its checkpoints, its
+    real-time sinks): what a test or a benchmark waits on to know a sink has applied the topics."""
+    jobs = driver.job_settings(settings)
+    return positions(settings, {sink: jobs.checkpoint_dir / sink for sink in sinks}, jobs.realtime_sinks,
+                     bootstrap_timeout_ms)
 
 
 def end_offsets(settings: StackSettings, topics: list[str], bootstrap_timeout_ms: int = 30_000,

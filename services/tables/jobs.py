@@ -27,8 +27,10 @@ def _running(settings: StackSettings, service) -> bool:
 
 def _applied(settings: StackSettings, pipeline: PipelineConfig, request: str) -> bool:
     """Whether the driver handled `request` and every query reads exactly its tables in `pipeline`
-    and has made progress since (a query restarted on a new subscription that Spark refuses stops
-    at its first batch, just after it reported itself active). A query that stopped is a StackError."""
+    and runs them: has made progress since, or has been in its first batch for a few seconds (a
+    real-time query reports progress at its first epoch's end only). A query restarted on a new
+    subscription that Spark refuses stops at its first batch, just after it reported itself active.
+    A query that stopped is a StackError."""
     status = driver.read_status(settings) or {}
     reload = status.get("reload") or {}
     if reload.get("request") != request:
@@ -49,7 +51,7 @@ def _applied(settings: StackSettings, pipeline: PipelineConfig, request: str) ->
         if not query["active"] and query.get("last_error"):
             raise StackError(f"the {sink} query stopped on its new tables: {query['last_error']} "
                              "(see `tide jobs status` and the jobs log)")
-        if not query["active"] or query.get("batch_id") is None:
+        if not query["active"] or not (query.get("running") or query.get("batch_id") is not None):
             return False
     return True
 

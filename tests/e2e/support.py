@@ -111,26 +111,27 @@ def tide_result(jobs: StackSettings, *args: str) -> subprocess.CompletedProcess:
 
 
 def caught_up(jobs: StackSettings, pipeline: PipelineConfig, timeout: float, sinks=SINKS) -> None:
-    """Wait until each of `sinks`' queries has committed past the end of its topics as of now.
+    """Wait until each of `sinks`' queries has applied past the end of its topics as of now (its
+    checkpoint, or what a real-time query's writers published as applied: services/jobs/lag.py).
 
-    Cheap (checkpoint files and Kafka end offsets), so the pipeline is not slowed by the test."""
+    Cheap (checkpoint files, Kafka end offsets and the writers' group offsets), so the pipeline is not
+    slowed by the test."""
     topics = [pipeline.topic(table) for table in pipeline.tables]
     ends = lag.end_offsets(jobs, topics)
     read = {sink: {pipeline.topic(table) for table in pipeline.sink_tables(sink)} for sink in sinks}
 
     def behind() -> dict[str, int]:
         return {
-            sink: lag.records_behind(lag.committed_offsets(jobs.state_dir / "checkpoints" / sink),
-                                     {topic: parts for topic, parts in ends.items() if topic in read[sink]})
-            for sink in sinks
+            sink: lag.records_behind(applied, {topic: parts for topic, parts in ends.items() if topic in read[sink]})
+            for sink, applied in lag.sink_positions(jobs, sinks).items()
         }
 
     try:
         wait_until(lambda: not any(behind().values()), timeout, "every sink's query past the end of its topics")
     except AssertionError as exc:
         now = lag.end_offsets(jobs, topics)
-        committed = {sink: lag.committed_offsets(jobs.state_dir / "checkpoints" / sink) for sink in sinks}
-        raise AssertionError(f"{exc}; behind: {behind()}; ends then {ends}, now {now}; committed {committed}") from None
+        raise AssertionError(f"{exc}; behind: {behind()}; ends then {ends}, now {now}; "
+                             f"applied {lag.sink_positions(jobs, sinks)}") from None
 
 
 def converged(settings, pipeline, timeout=None, tables=None, sinks=SINKS) -> list[Outcome]:

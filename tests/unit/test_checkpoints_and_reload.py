@@ -84,7 +84,7 @@ def test_any_other_change_is_refused_with_the_restart_to_run():
     assert reload.refusal(DEMO, source).startswith("pipeline.yaml changed more than its tables")
 
 
-def test_tables_waits_until_every_query_reads_its_tables_and_has_made_progress_and_fails_on_a_stopped_one(tmp_path):
+def test_tables_waits_until_every_query_reads_its_tables_and_runs_them_and_fails_on_a_stopped_one(tmp_path):
     import pytest
 
     from services.jobs import driver
@@ -111,6 +111,8 @@ def test_tables_waits_until_every_query_reads_its_tables_and_has_made_progress_a
     assert not _applied(settings, pipeline, "r1")  # restarted, no progress yet
     status()
     assert _applied(settings, pipeline, "r1")
+    status(batch_id=None, running=True)
+    assert _applied(settings, pipeline, "r1")  # a real-time query in its first epoch for a few seconds
     status(active=False, last_error="Partitions Set(t-0) have been deleted")
     with pytest.raises(StackError, match="the search query stopped on its new tables: Partitions Set"):
         _applied(settings, pipeline, "r1")
