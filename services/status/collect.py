@@ -95,7 +95,6 @@ def sink_figures(
     jobs = driver.job_settings(settings)
     views = {sink: {table: pipeline.topic(table) for table in pipeline.sink_tables(sink)} for sink in SINKS}
     checkpoints = {sink: jobs.checkpoint_dir / sink for sink in SINKS}
-    committed = {sink: lag.committed_offsets(path) for sink, path in checkpoints.items()}  # if Kafka is away
     try:
         # A real-time query commits at its epochs' ends only: what its writers applied since counts too.
         committed = lag.positions(settings, checkpoints, jobs.realtime_sinks, BOOTSTRAP_TIMEOUT_MS)
@@ -108,6 +107,8 @@ def sink_figures(
             dlq.read_letters(settings, jobs.dlq_topic, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS))
     except KafkaError as exc:
         problems.append(f"cannot read Kafka at {settings.kafka_bootstrap}: {exc}")
+        # The checkpoints alone, when Kafka (and so the writers' applied positions) cannot be read.
+        committed = {sink: lag.committed_offsets(path) for sink, path in checkpoints.items()}
         ends, times, dead = None, {}, {}
     figures = []
     for sink, topics in views.items():
