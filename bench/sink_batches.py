@@ -17,11 +17,13 @@ BENCH_NO_NESTED=1 leaves the nested views out of the pipeline (the search sink's
 - main's tree: main's `BatchWriter("warehouse" | "analytics", ...)` itself, which decodes in Python.
 
 Usage (PYTHONPATH = the tree to measure):
-    python bench/sink_batches.py jobs --sink warehouse|analytics|search|cache --batches 4 --rows 2000
+    python bench/sink_batches.py jobs --sink warehouse|analytics|search|cache|changes --batches 4 --rows 2000
     python bench/sink_batches.py load --seed 1000000 --batch 50000 --batches 3 [--property k=v ...]
 Prints one JSON line per batch: rows, seconds, jobs, stages (run and skipped), load average, the
 seconds Catalyst's rules took (analysis and optimisation), Janino compilations and their seconds;
-BENCH_STAGES=1 adds each stage's tasks, wall, run and CPU milliseconds, BENCH_RULES=1 prints the time
+`--sink changes` measures issue 34's alternative design: the batch's changes of every table appended once
+to one Delta table (docs/sinks/delta.md, "An append-only changes table"). BENCH_DETAIL=1 adds each
+job's description (Delta's names for its passes). BENCH_STAGES=1 adds each stage's tasks, wall, run and CPU milliseconds, BENCH_RULES=1 prints the time
 per rule to stderr.
 """
 
@@ -116,6 +118,9 @@ class Runner:
         from spark_jobs.config import load
 
         self.spark, self.sink_name = spark, sink_name
+        if sink_name == "changes":  # issue 34's alternative: one append of the batch's changes, every table
+            self.new, self.changes_path = True, f"{warehouse}/_tideline/changes"
+            return
         pipeline = load(ROOT / "pipeline.yaml")
         if os.environ.get("BENCH_NO_NESTED"):  # the search sink's flat writes alone
             pipeline = pipeline.model_copy(update={"nested": {}})
@@ -161,6 +166,9 @@ class Runner:
         if not self.new:
             self.writer(kafka, batch_id)
             return
+        if self.sink_name == "changes":
+            self._append_changes(kafka, batch_id)
+            return
         if os.environ.get("TIDE_JOB_KAFKA_BOOTSTRAP"):
             self._through_pipeline(kafka, batch_id)
             return
@@ -183,6 +191,16 @@ class Runner:
         finally:
             newest.unpersist()
             every.unpersist()
+
+
+    def _append_changes(self, kafka, batch_id: int) -> None:
+        """The batch's decoded changes of every table in one idempotent Delta append (one job, one commit)."""
+        from spark_jobs.changes.stream import decode_stream
+        from spark_jobs.sinks.delta._tables import tune_session
+
+        tune_session(self.spark)
+        (decode_stream(kafka, list(SHARES)).where("error IS NULL").drop("origin").write.format("delta").mode("append")
+         .option("txnAppId", "bench").option("txnVersion", batch_id).save(self.changes_path))
 
 
 def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
@@ -231,7 +249,22 @@ def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
             name = first.name if first else "?"
             names[name] = names.get(name, 0) + 1
         found["by_callsite"] = names
+        found["descriptions"] = _job_descriptions(spark, set(jobs))
     return found
+
+
+def _job_descriptions(spark, jobs: set[int]) -> list[str]:
+    """Each job's description as Delta and Spark set it (the status store's, read through py4j)."""
+    store = spark._jsc.sc().statusStore()
+    listed = store.jobsList(None)
+    found = []
+    for index in range(listed.size()):
+        job = listed.apply(index)
+        if job.jobId() in jobs:
+            description = job.description()
+            text = description.get() if description.isDefined() else job.name()
+            found.append((job.jobId(), f"{text[:90]} [{job.numTasks()} tasks]"))
+    return [text for _, text in sorted(found)]
 
 
 def _process_cpu(pid: int) -> float:
@@ -275,7 +308,7 @@ def _rule_seconds(rules) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=["jobs", "load"])
-    parser.add_argument("--sink", default="warehouse", choices=["warehouse", "analytics", "search", "cache"])
+    parser.add_argument("--sink", default="warehouse", choices=["warehouse", "analytics", "search", "cache", "changes"])
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1_000_000)
