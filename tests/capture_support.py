@@ -8,7 +8,7 @@ from typing import Any
 
 from services.chaos.observe import Delivered, read_to_end
 from services.settings import StackSettings
-from services.verify.reconcile import TableShape
+from services.verify.canonical import TableShape
 from spark_jobs.changes import Change, decode, decode_key
 from spark_jobs.config import PipelineConfig
 

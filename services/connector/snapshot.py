@@ -23,14 +23,13 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import httpx
 import psycopg
 import typer
-from kafka import KafkaConsumer, TopicPartition
-from kafka.consumer.fetcher import ConsumerRecord
+from kafka import KafkaConsumer
 from kafka.errors import KafkaError
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
@@ -39,25 +38,25 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from migrations import capture
 from services.connector import topics
 from services.connector.connect_api import ConnectApi
+from services.connector.snapshot_watch import (
+    SnapshotError,
+    SnapshotProgress,
+    assign_from,
+    drain,
+    late,
+    poll,
+    watch,
+)
 from services.console import console, load_settings, user_errors
 from services.db.cli import first_line
 from services.settings import StackSettings
 from services.stack import kafka, postgres
-from services.stack.service import StackError
-from spark_jobs.changes import DecodeError, decode
 from spark_jobs.config import PipelineConfig
 
 SIGNAL_TYPE = "execute-snapshot"
-AGGREGATE_TYPE = "Incremental Snapshot"
 # debezium_signal.data is varchar(2048) (migration 0002).
 SIGNAL_DATA_MAX = 2048
-# TABLE_SCAN_COMPLETED statuses that are not failures (Debezium's TableScanCompletionStatus).
-SCAN_OK = frozenset({"SUCCEEDED", "EMPTY"})
 DEFAULT_TIMEOUT_S = 600.0
-
-
-class SnapshotError(StackError):
-    """A snapshot cannot be requested, failed in Debezium, or did not finish in time; the message says which."""
 
 
 def check_where(where: str) -> str:
@@ -213,133 +212,6 @@ def committed_lsn(settings: StackSettings, pipeline: PipelineConfig) -> int | No
     return max((int(lsn) for lsn in positions if lsn is not None), default=None)
 
 
-@dataclass(frozen=True)
-class Notification:
-    """One Debezium notification (`io.debezium.connector.common.Notification`); additional_data values are strings."""
-
-    id: str
-    type: str
-    aggregate_type: str
-    data: dict[str, str]
-
-
-def parse_notification(value: bytes | None) -> Notification | None:
-    """The notification in a record of the notifications topic, or None if the record is not one."""
-    try:
-        document = json.loads(value) if value else None
-    except (ValueError, UnicodeDecodeError):
-        return None
-    payload = document.get("payload", document) if isinstance(document, dict) else None
-    if not isinstance(payload, dict) or not {"id", "type", "aggregate_type"} <= payload.keys():
-        return None
-    return Notification(
-        id=str(payload["id"]),
-        type=str(payload["type"]),
-        aggregate_type=str(payload["aggregate_type"]),
-        data=dict(payload.get("additional_data") or {}),
-    )
-
-
-@dataclass
-class SnapshotProgress:
-    """What `run` has seen so far; passed to its on_progress callback after every poll."""
-
-    signal_id: str
-    table: str  # schema-qualified
-    estimated: int  # count(*) with the filter, taken just before the signal
-    emitted: int = 0  # op=r records for the table seen in its change topic since the signal
-    state: str = "SIGNALLED"  # type of the last notification for this snapshot
-    scanned: bool = False  # TABLE_SCAN_COMPLETED seen for the table
-    completed: bool = False  # Debezium reported COMPLETED
-    delivered: bool = False  # ...and Kafka has acknowledged every record produced before that
-    # Types of this snapshot's notifications, in arrival order (several can arrive in one poll).
-    seen: list[str] = field(default_factory=list)
-
-    def on_notification(self, note: Notification) -> None:
-        """Advance on this snapshot's notifications; raise SnapshotError on an abort or a failed scan.
-
-        Notifications carry the signal's id. A signal that arrives while another
-        incremental snapshot runs is queued into it, so the closing COMPLETED may
-        carry the other id: after our table's scan, any COMPLETED ends it.
-        """
-        if note.aggregate_type != AGGREGATE_TYPE:
-            return
-        ours = note.id == self.signal_id
-        if ours:
-            self.state = note.type
-            self.seen.append(note.type)
-        if note.type == "TABLE_SCAN_COMPLETED" and ours and note.data.get("scanned_collection") == self.table:
-            status = note.data.get("status", "SUCCEEDED")
-            if status not in SCAN_OK:
-                raise SnapshotError(
-                    f"Debezium could not read {self.table} for snapshot {self.signal_id}: {status} "
-                    "(see the Kafka Connect log)"
-                )
-            self.scanned = True
-        elif note.type == "ABORTED" and (ours or self.state != "SIGNALLED"):
-            raise SnapshotError(
-                f"incremental snapshot {self.signal_id} of {self.table} was aborted after {self.emitted} rows"
-            )
-        elif note.type == "COMPLETED" and (ours or self.scanned):
-            self.completed = True
-
-
-def _assign_from(consumer: KafkaConsumer, positions: dict[TopicPartition, int]) -> None:
-    consumer.assign(list(positions))
-    for partition, offset in positions.items():
-        consumer.seek(partition, offset)
-
-
-def _count_snapshot_reads(progress: SnapshotProgress, topic: str, records: list[ConsumerRecord]) -> None:
-    for record in records:
-        try:
-            change = decode(topic, record.key, record.value)
-        except DecodeError:
-            continue  # not ours to judge here; the apply jobs dead-letter it
-        if change is not None and change.op == "r":
-            progress.emitted += 1
-
-
-def _drain(consumer: KafkaConsumer, progress: SnapshotProgress, topic: str, deadline: float) -> None:
-    """Count the change topic up to its current end (called once delivery is confirmed)."""
-    until = {tp: end for tp, end in topics.end_offsets(consumer, topic).items() if tp in consumer.assignment()}
-    while any(consumer.position(tp) < end for tp, end in until.items()) and time.monotonic() < deadline:
-        _poll(consumer, progress, topic)
-
-
-def _poll(consumer: KafkaConsumer, progress: SnapshotProgress, change_topic: str) -> None:
-    for partition, records in consumer.poll(timeout_ms=500).items():
-        if partition.topic == change_topic:
-            _count_snapshot_reads(progress, change_topic, records)
-        else:
-            for record in records:
-                if (note := parse_notification(record.value)) is not None:
-                    progress.on_notification(note)
-
-
-def _late(progress: SnapshotProgress, waiting_for: str) -> SnapshotError:
-    return SnapshotError(
-        f"incremental snapshot {progress.signal_id} of {progress.table}: no {waiting_for} in time "
-        f"({progress.emitted} of ~{progress.estimated} rows seen, last state {progress.state}); "
-        "Debezium keeps going: check `tide connector status`, watch `tide tail`, or raise --timeout"
-    )
-
-
-def _watch(
-    consumer: KafkaConsumer,
-    progress: SnapshotProgress,
-    change_topic: str,
-    deadline: float,
-    on_progress: Callable[[SnapshotProgress], None],
-) -> None:
-    """Until Debezium reports COMPLETED: count re-read rows, follow this snapshot's notifications."""
-    while not progress.completed:
-        if time.monotonic() > deadline:
-            raise _late(progress, "COMPLETED notification")
-        _poll(consumer, progress, change_topic)
-        on_progress(progress)
-
-
 def _wait_delivered(
     settings: StackSettings,
     pipeline: PipelineConfig,
@@ -362,8 +234,8 @@ def _wait_delivered(
     progress.state = "DELIVERING"
     while (committed := committed_lsn(settings, pipeline)) is None or committed < marker:
         if time.monotonic() > deadline:
-            raise _late(progress, "confirmation from Kafka Connect that the rows were delivered")
-        _poll(consumer, progress, change_topic)
+            raise late(progress, "confirmation from Kafka Connect that the rows were delivered")
+        poll(consumer, progress, change_topic)
         on_progress(progress)
     progress.delivered = True
     progress.state = "DELIVERED"
@@ -422,16 +294,16 @@ def execute(
     consumer = topics.open_consumer(settings)
     try:
         # A change topic that does not exist yet (a table never written) has no partitions to count.
-        _assign_from(
+        assign_from(
             consumer, {**topics.end_offsets(consumer, change_topic), **topics.end_offsets(consumer, notes_topic)}
         )
         signal_id = send_signal(settings, pipeline, plan.data)
         progress = SnapshotProgress(signal_id, f"{pipeline.source.schema_name}.{plan.table}", plan.estimated)
         on_progress(progress)
         deadline = time.monotonic() + timeout_s
-        _watch(consumer, progress, change_topic, deadline, on_progress)
+        watch(consumer, progress, change_topic, deadline, on_progress)
         _wait_delivered(settings, pipeline, consumer, progress, change_topic, deadline, on_progress)
-        _drain(consumer, progress, change_topic, deadline)
+        drain(consumer, progress, change_topic, deadline)
         on_progress(progress)
         return progress
     except KafkaError as exc:

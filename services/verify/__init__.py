@@ -28,8 +28,8 @@ from services.api.stores import quoted
 from services.verify import derived, nested, readers
 from services.verify.aggregates import cache_figures, source_figures
 from services.verify.readers import VerifyError
+from services.verify.canonical import Canonicaliser
 from services.verify.reconcile import (
-    Canonicaliser,
     Divergence,
     Spilled,
     bucket_count,

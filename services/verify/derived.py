@@ -24,7 +24,8 @@ from psycopg import sql
 
 from services.api.stores import quoted
 from services.verify import readers
-from services.verify.reconcile import Tally, TableShape, row_doc_id
+from services.verify.canonical import TableShape, row_doc_id
+from services.verify.reconcile import Tally
 from spark_jobs.config import WindowView, late_table
 from spark_jobs.event_windows import WindowKey, aggregate
 from spark_jobs.scd2 import intervals

@@ -2,7 +2,7 @@
 
 PostgreSQL builds each root's document with `jsonb_build_object` and `jsonb_agg` (one query, read
 through a server-side cursor); each level of both sides is canonicalised with its own table's column
-types (`reconcile.Canonicaliser`), and children are compared as a set (sorted by canonical text), so
+types (`canonical.Canonicaliser`), and children are compared as a set (sorted by canonical text), so
 only content counts.
 """
 
@@ -19,7 +19,7 @@ from psycopg import sql
 from psycopg.types.json import set_json_loads
 
 from services.verify.readers import PAGE, VerifyError, search_rows, source_shape
-from services.verify.reconcile import Canonicaliser, TableShape, content_hash, row_doc_id
+from services.verify.canonical import Canonicaliser, TableShape, content_hash, row_doc_id
 from spark_jobs.config import JoinNode, NestedView, PipelineConfig, join_nodes, node_table
 
 KEY = "__root_key__"  # the root row's key columns, beside its document, in the SQL result

@@ -1,7 +1,7 @@
 """One streaming reader per store for `tide verify`: rows go by in pages, never all at once.
 
 Each reader yields rows as plain dicts of column values (plus the sink's own doc
-id where the store is keyed by one); `reconcile.Canonicaliser` does the typing.
+id where the store is keyed by one); `canonical.Canonicaliser` does the typing.
 Readers only undo their store's transport encoding (Redis's JSON field values,
 Delta's JSON text and Spark's timestamps), so that canonicalisation sees the
 same kinds of values from every side.
@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
 
 from services.api.stores import quoted
-from services.verify.reconcile import Column, TableShape
+from services.verify.canonical import Column, TableShape
 from spark_jobs.sinks.redis import glob_escape, row_key
 
 

@@ -27,7 +27,7 @@ from services.settings import StackSettings
 from services.stack import kafka, postgres, process, runner
 from services.stack.service import StackError
 from services.verify import readers
-from services.verify.reconcile import Canonicaliser
+from services.verify.canonical import Canonicaliser
 from spark_jobs.changes import Change
 from spark_jobs.changes.envelope import UNAVAILABLE
 from spark_jobs.config import PipelineConfig, load

@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 import migrations
 from migrations import capture
 from services.cli import app
-from services.connector import registration, snapshot, topics
+from services.connector import registration, snapshot, snapshot_watch, topics
 from services.settings import StackSettings
 from services.stack import postgres
 from services.stack.service import StackError
@@ -99,7 +99,7 @@ def _initial_snapshot_completed(settings: StackSettings, config: PipelineConfig)
         consumer.seek_to_beginning(*parts)
         for records in consumer.poll(timeout_ms=1000, max_records=10_000).values():
             for record in records:
-                note = snapshot.parse_notification(record.value)
+                note = snapshot_watch.parse_notification(record.value)
                 if note and note.aggregate_type == "Initial Snapshot" and note.type == "COMPLETED":
                     return True
         return False

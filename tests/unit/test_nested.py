@@ -212,7 +212,7 @@ def test_the_mapping_follows_the_flat_indices_with_children_nested():
 from decimal import Decimal  # noqa: E402
 
 from services.verify.nested import canonical, join_query  # noqa: E402
-from services.verify.reconcile import Canonicaliser, Column, TableShape  # noqa: E402
+from services.verify.canonical import Canonicaliser, Column, TableShape  # noqa: E402
 
 SHAPES = {
     "orders": TableShape("public", "orders", (Column("id", "int8"), Column("customer_id", "int8"),

@@ -14,17 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.verify.readers import decode_hash, numeric_scale
-from services.verify.reconcile import (
-    Canonicaliser,
-    Column,
-    TableShape,
-    Tally,
-    bucket_count,
-    canonicaliser,
-    compare_bucket,
-    reconcile_pairs,
-    row_doc_id,
-)
+from services.verify.canonical import Canonicaliser, Column, TableShape, canonicaliser, row_doc_id
+from services.verify.reconcile import Tally, bucket_count, compare_bucket, reconcile_pairs
 from spark_jobs.changes.envelope import row_id
 from tests.demo_catalogue import demo_catalogue
 from tests.unit.spark_frames import change, frame
