@@ -43,9 +43,7 @@ from services.connector.snapshot_watch import (
     SnapshotProgress,
     assign_from,
     drain,
-    late,
-    poll,
-    watch,
+    follow,
 )
 from services.console import console, load_settings, user_errors
 from services.db.cli import first_line
@@ -232,11 +230,12 @@ def _wait_delivered(
     """
     marker = send_end_marker(settings, pipeline, progress.signal_id)
     progress.state = "DELIVERING"
-    while (committed := committed_lsn(settings, pipeline)) is None or committed < marker:
-        if time.monotonic() > deadline:
-            raise late(progress, "confirmation from Kafka Connect that the rows were delivered")
-        poll(consumer, progress, change_topic)
-        on_progress(progress)
+    def delivered() -> bool:
+        committed = committed_lsn(settings, pipeline)
+        return committed is not None and committed >= marker
+
+    follow(consumer, progress, change_topic, deadline, on_progress, delivered,
+           "confirmation from Kafka Connect that the rows were delivered")
     progress.delivered = True
     progress.state = "DELIVERED"
 
@@ -301,7 +300,8 @@ def execute(
         progress = SnapshotProgress(signal_id, f"{pipeline.source.schema_name}.{plan.table}", plan.estimated)
         on_progress(progress)
         deadline = time.monotonic() + timeout_s
-        watch(consumer, progress, change_topic, deadline, on_progress)
+        follow(consumer, progress, change_topic, deadline, on_progress, lambda: progress.completed,
+               "COMPLETED notification")
         _wait_delivered(settings, pipeline, consumer, progress, change_topic, deadline, on_progress)
         drain(consumer, progress, change_topic, deadline)
         on_progress(progress)

@@ -140,20 +140,23 @@ def late(progress: SnapshotProgress, waiting_for: str) -> SnapshotError:
     )
 
 
-def watch(
+def follow(
     consumer: KafkaConsumer,
     progress: SnapshotProgress,
     change_topic: str,
     deadline: float,
     on_progress: Callable[[SnapshotProgress], None],
+    done: Callable[[], bool],
+    waiting_for: str,
 ) -> None:
-    """Until Debezium reports COMPLETED: count re-read rows, follow this snapshot's notifications."""
-    while not progress.completed:
+    """Count re-read rows and follow this snapshot's notifications until `done()`; past the deadline,
+    a SnapshotError saying what was still awaited (`waiting_for`)."""
+    while not done():
         if time.monotonic() > deadline:
-            raise late(progress, "COMPLETED notification")
+            raise late(progress, waiting_for)
         poll(consumer, progress, change_topic)
         on_progress(progress)
 
 
 __all__ = ["AGGREGATE_TYPE", "SCAN_OK", "Notification", "SnapshotError", "SnapshotProgress", "assign_from", "drain",
-           "late", "parse_notification", "poll", "watch"]
+           "follow", "late", "parse_notification", "poll"]
