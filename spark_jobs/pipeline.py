@@ -41,6 +41,7 @@ from spark_jobs.newest import newest_per_row
 from spark_jobs.keep_alive import RESTART
 from spark_jobs.realtime import create_topic, follow_up, outgrown, partitions_read, require_slots, task_slots_of
 from spark_jobs.realtime import start as start_realtime
+from spark_jobs.session import starting_with
 from spark_jobs.settings import JobSettings, SinkName
 from spark_jobs.sinks.base import Batch, Capability, Sink
 
@@ -195,7 +196,8 @@ def build_query(
         .option("checkpointLocation", str(checkpoint))
     )
     trigger = {"availableNow": True} if available_now else {"processingTime": settings.trigger_interval_of(sink_name)}
-    return stream.trigger(**trigger).start()
+    with starting_with(spark, {}):  # not while a real-time query starts with its own conf
+        return stream.trigger(**trigger).start()
 
 
 def realtime_slots(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, sink_name: SinkName) -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import dead_letters
 from spark_jobs.backoff import wait_until
 from spark_jobs.config import PipelineConfig
+from spark_jobs.session import GENERATED_CODE, starting_with
 from spark_jobs.settings import JobSettings
 from spark_jobs.sinks.base import LetterTopic
 
@@ -110,12 +111,13 @@ def start(records: DataFrame, sink: Sink, catalogue: Catalogue, settings: JobSet
     rows = sink.writer_rows(decode_stream(records, sink.tables(), catalogue), catalogue)
     jvm = spark.sparkContext._jvm
     writer = sink.writer(jvm, LetterTopic(settings.kafka_bootstrap, settings.dlq_topic))
-    java_query = (
+    stream = (
         rows._jdf.writeStream().queryName(name).foreach(writer).outputMode("update")
         .option("checkpointLocation", str(checkpoint))
         .trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(settings.realtime_epoch))
-        .start()
     )
+    with starting_with(spark, GENERATED_CODE):
+        java_query = stream.start()
     return StreamingQuery(java_query)
 
 
@@ -186,14 +188,14 @@ def follow_up(main: StreamingQuery, records: DataFrame, sink: Sink, settings: Jo
               checkpoint: Path) -> QueryGroup:
     """Start `sink`'s follow-up query on `records` (its `follow_up_topic`, as micro-batches on the
     micro-batch queries' trigger) beside its real-time query `main`."""
-    query = (
+    stream = (
         records.writeStream.queryName(f"{main.name}-follow-up")
         .foreachBatch(FollowUpWriter(sink, settings))
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime=settings.trigger_interval)
-        .start()
     )
-    return QueryGroup(main, query)
+    with starting_with(records.sparkSession, {}):  # a micro-batch query: the session's own conf
+        return QueryGroup(main, stream.start())
 
 
 __all__ = ["FollowUpWriter", "QueryGroup", "SlotsError", "create_topic", "follow_up", "local_master", "needed_slots",

@@ -89,3 +89,18 @@ def test_a_real_time_query_is_restarted_only_when_its_own_tables_columns_changed
     assert columns_changed(planned, added, ["customers", "orders"])
     assert not columns_changed(planned, added, ["orders", "products"]), "another table's column is not this query's"
     assert not columns_changed(planned, dict(planned), ["customers"])
+
+
+def test_a_real_time_query_starts_with_generated_code_and_leaves_the_shared_sessions_conf_as_it_was(spark):
+    from spark_jobs.session import GENERATED_CODE, starting_with
+
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == "false", "the micro-batch queries run interpreted"
+    spark.conf.unset("spark.sql.codegen.hugeMethodLimit")
+    with starting_with(spark, GENERATED_CODE | {"spark.sql.codegen.hugeMethodLimit": "8000"}):
+        assert {key: spark.conf.get(key) for key in GENERATED_CODE} == GENERATED_CODE
+        # what a query started here runs with: the copy of the session a query takes at its start
+        assert spark._jsparkSession.cloneSession().conf().get("spark.sql.codegen.wholeStage") == "true"
+    assert spark.conf.get("spark.sql.codegen.wholeStage") == "false"
+    assert spark.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
+    assert spark.conf.get("spark.sql.codegen.hugeMethodLimit") == str(65535), "a key unset before is unset after"
+    assert spark._jsparkSession.cloneSession().conf().get("spark.sql.codegen.wholeStage") == "false"

@@ -45,7 +45,8 @@ def _keep() -> Column:
     reach for that: any version (0, 0) for an unchanged-TOAST column, the fill version for a filled one."""
     unavailable = F.col("unavailable")
     zero = F.struct(F.lit(0).cast("bigint").alias("major"), F.lit(0).cast("bigint").alias("minor"))
-    return F.map_concat(F.map_from_arrays(unavailable, F.transform(unavailable, lambda _: zero)), F.col("filled"))
+    # array_repeat, not a lambda: generated code stops at a lambda (docs/apply.md, "Generated code").
+    return F.map_concat(F.map_from_arrays(unavailable, F.array_repeat(zero, F.size(unavailable))), F.col("filled"))
 
 
 def _fields() -> Column:
@@ -148,8 +149,9 @@ def _writer_columns(prefix: str, sink: str) -> list[Column]:
     return [
         F.when(undecoded | (~truncate & refused), F.lit("letter")).when(truncate, F.lit("truncate"))
         .otherwise(F.lit("row")).alias("kind"),
-        F.when(~undecoded & ~truncate & ~refused, F.transform(_arguments(prefix), lambda a: a.cast("binary")))
-        .alias("args"),
+        # Text, not binary: a cast of each element would need a lambda, which runs every expression
+        # under it interpreted (docs/apply.md, "Generated code"); the writer encodes them as UTF-8.
+        F.when(~undecoded & ~truncate & ~refused, _arguments(prefix)).alias("args"),
         F.col("origin"),
         F.when(undecoded, letter_value(f"decode:{sink}", F.col("error")))
         .when(~truncate & refused, letter_value(f"apply:{sink}", _error())).alias("letter"),

@@ -1,5 +1,6 @@
 package dev.tideline.writers;
 
+import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Map;
 import org.apache.spark.sql.Row;
@@ -70,8 +71,10 @@ public class RedisChangeWriter extends ChangeWriter<RedisChangeWriter.Change> {
 
   @Override
   Change change(Row row) {
-    List<byte[]> args = row.getList(row.fieldIndex("args"));
-    return new Change(args.toArray(new byte[0][]), origin(row));
+    List<String> args = row.getList(row.fieldIndex("args"));
+    byte[][] encoded = new byte[args.size()][];
+    for (int i = 0; i < encoded.length; i++) encoded[i] = args.get(i).getBytes(StandardCharsets.UTF_8);
+    return new Change(encoded, origin(row));
   }
 
   @Override
