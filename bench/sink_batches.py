@@ -23,8 +23,8 @@ Prints one JSON line per batch: rows, seconds, jobs, stages (run and skipped), l
 seconds Catalyst's rules took (analysis and optimisation), Janino compilations and their seconds;
 `--sink changes` measures issue 34's alternative design: the batch's changes of every table appended once
 to one Delta table (docs/sinks/delta.md, "An append-only changes table"). BENCH_DETAIL=1 adds each
-job's description (Delta's names for its passes). BENCH_STAGES=1 adds each stage's tasks, wall, run and CPU milliseconds, BENCH_RULES=1 prints the time
-per rule to stderr.
+job's description (Delta's names for its passes). BENCH_STAGES=1 adds each stage's tasks, wall, run
+and CPU milliseconds, BENCH_RULES=1 prints the time per rule to stderr.
 """
 
 from __future__ import annotations
@@ -191,7 +191,6 @@ class Runner:
         finally:
             newest.unpersist()
             every.unpersist()
-
 
     def _append_changes(self, kafka, batch_id: int) -> None:
         """The batch's decoded changes of every table in one idempotent Delta append (one job, one commit)."""

@@ -78,4 +78,14 @@ def _folding() -> tuple[Column, Column, Column]:
     return group_column().alias("_group"), F.collect_list(row).alias("_changes"), folded.alias("_c")
 
 
-__all__ = ["CHANGE", "group_column", "newer", "newest_per_row"]
+def keep_versions() -> Column:
+    """Of a CHANGE row: each column that may keep the sink's stored value, with the version the stored
+    row must have reached for that (the fill-version rule above): (0, 0) for an unchanged-TOAST column,
+    the fill version for a filled one. No lambda (`array_repeat`), so generated code goes through it."""
+    unavailable = F.coalesce(F.col("unavailable"), F.array().cast("array<string>"))
+    zero = F.struct(F.lit(0).cast("bigint").alias("major"), F.lit(0).cast("bigint").alias("minor"))
+    zeros = F.map_from_arrays(unavailable, F.array_repeat(zero, F.size(unavailable)))
+    return F.map_concat(zeros, F.coalesce(F.col("filled"), F.create_map().cast(CHANGE["filled"].dataType)))
+
+
+__all__ = ["CHANGE", "group_column", "keep_versions", "newer", "newest_per_row"]

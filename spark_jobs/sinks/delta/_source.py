@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.changes.schema import FIELDS
+from spark_jobs.newest import keep_versions
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta._merge import KEEP, OP, TOMB_MAJOR, TOMB_MINOR
 from spark_jobs.sinks.delta._plan import TablePlan
@@ -63,13 +64,6 @@ def rejected(changes: DataFrame, plan: TablePlan) -> DataFrame:
     return changes.withColumn("error", _error(plan)).where(F.col("error").isNotNull()).select(*FIELDS)
 
 
-def keep_map() -> Column:
-    unavailable = F.coalesce(F.col("unavailable"), F.array().cast("array<string>"))
-    zero = F.struct(F.lit(0).cast("bigint").alias("major"), F.lit(0).cast("bigint").alias("minor"))
-    zeros = F.map_from_arrays(unavailable, F.transform(unavailable, lambda _: zero))
-    return F.map_concat(zeros, F.coalesce(F.col("filled"), F.create_map().cast("map<string,struct<major:bigint,minor:bigint>>")))
-
-
 def merge_source(changes: DataFrame, plan: TablePlan) -> DataFrame:
     """The table's applicable changes (CHANGE rows plus `tomb`, the row's newest tombstone or NULL) as
     MERGE source rows: the table's columns typed, then the metadata the MERGE's conditions read."""
@@ -77,7 +71,7 @@ def merge_source(changes: DataFrame, plan: TablePlan) -> DataFrame:
     return changes.where(_error(plan).isNull()).select(
         *(typed(_text(plan, column), dtype).alias(column) for column, dtype in plan.fields.items()),
         F.col("version.major").alias(VERSION_MAJOR), F.col("version.minor").alias(VERSION_MINOR),
-        F.col("commit_ts").alias(COMMIT_TS), F.col("op").alias(OP), keep_map().alias(KEEP),
+        F.col("commit_ts").alias(COMMIT_TS), F.col("op").alias(OP), keep_versions().alias(KEEP),
         tomb["major"].alias(TOMB_MAJOR), tomb["minor"].alias(TOMB_MINOR), F.col("row_id").alias(ROW_ID),
     )
 
@@ -113,5 +107,5 @@ def with_images(changes: DataFrame, images: DataFrame) -> DataFrame:
     )
 
 
-__all__ = ["KEEP", "OP", "ROW_ID", "TOMB_MAJOR", "TOMB_MINOR", "image", "keep_map", "key_of_row_id", "merge_source",
+__all__ = ["KEEP", "OP", "ROW_ID", "TOMB_MAJOR", "TOMB_MINOR", "image", "key_of_row_id", "merge_source",
            "rejected", "with_images"]

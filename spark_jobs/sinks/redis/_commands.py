@@ -13,6 +13,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.expressions import reused
+from spark_jobs.newest import keep_versions
 from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.redis._scripts import MAX_EXACT_VERSION, ROW_FIXED_ARGS
 
@@ -38,15 +39,6 @@ def tombstone_key(prefix: str, table: Column, row_id: Column) -> Column:
 
 def watermark_key(prefix: str, table: Column) -> Column:
     return F.concat(F.lit(f"{prefix}tideline:truncated:"), table)
-
-
-def _keep() -> Column:
-    """`keep_from`: each column that may keep its stored value, with the version the stored row must
-    reach for that: any version (0, 0) for an unchanged-TOAST column, the fill version for a filled one."""
-    unavailable = F.col("unavailable")
-    zero = F.struct(F.lit(0).cast("bigint").alias("major"), F.lit(0).cast("bigint").alias("minor"))
-    # array_repeat, not a lambda: generated code stops at a lambda (docs/apply.md, "Generated code").
-    return F.map_concat(F.map_from_arrays(unavailable, F.array_repeat(zero, F.size(unavailable))), F.col("filled"))
 
 
 def _fields() -> Column:
@@ -99,7 +91,7 @@ def _arguments(prefix: str) -> Column:
     Python shipper RESP-encoded (`args`), the JVM writer as it is (`writer_rows`)."""
     table, row_id, version = F.col("table"), F.col("row_id"), F.col("version")
     upsert = F.col("after").isNotNull()
-    keep = F.when(upsert, _keep()).otherwise(F.create_map().cast("map<string, struct<major: bigint, minor: bigint>>"))
+    keep = F.when(upsert, keep_versions()).otherwise(F.create_map().cast("map<string, struct<major: bigint, minor: bigint>>"))
     fields = F.when(upsert, _fields()).otherwise(F.create_map().cast("map<string,string>"))
     moved_from = F.col("old_row_id").isNotNull()
     count = F.lit(ROW_FIXED_ARGS) + 3 * F.size(keep) + 2 * F.size(fields)
