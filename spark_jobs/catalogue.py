@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from spark_jobs.files import replace_text
 
 log = logging.getLogger("tideline.catalogue")
 
@@ -203,10 +204,7 @@ class LiveCatalogue:
     def _remember(self, catalogue: Catalogue) -> None:
         if self.cache_file is None:
             return
-        self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.cache_file.with_suffix(".tmp")
-        temporary.write_text(to_json(catalogue))
-        os.replace(temporary, self.cache_file)
+        replace_text(self.cache_file, to_json(catalogue))
 
 
 class CatalogueError(RuntimeError):

@@ -10,8 +10,9 @@ from `services` to read them.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from spark_jobs.files import replace_text
 
 
 def read_paused(path: Path) -> frozenset[str]:
@@ -25,10 +26,7 @@ def read_paused(path: Path) -> frozenset[str]:
 
 def write_paused(path: Path, paused: frozenset[str] | set[str]) -> None:
     """Replace the paused set atomically (write then rename: the driver never reads half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps({"paused": sorted(paused)}))
-    os.replace(temporary, path)
+    replace_text(path, json.dumps({"paused": sorted(paused)}))
 
 
 def read_reload(path: Path) -> str | None:
@@ -43,7 +41,4 @@ def read_reload(path: Path) -> str | None:
 def write_reload(path: Path, request: str) -> None:
     """Ask the running driver to re-read pipeline.yaml's tables; it reports `request` in its status
     once done (atomically written, as the paused set)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps({"request": request}))
-    os.replace(temporary, path)
+    replace_text(path, json.dumps({"request": request}))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import threading
 import time
@@ -37,6 +36,7 @@ from spark_jobs.backoff import Backoff, wait_until
 from spark_jobs.catalogue import Catalogue, LiveCatalogue
 from spark_jobs.changes.stream import decode_stream
 from spark_jobs.config import PipelineConfig, PipelineConfigError, load
+from spark_jobs.files import replace_text
 from spark_jobs.newest import newest_per_row
 from spark_jobs.keep_alive import RESTART
 from spark_jobs.realtime import create_topic, follow_up, outgrown, partitions_read, require_slots, task_slots_of
@@ -437,7 +437,4 @@ def write_status(settings: JobSettings, supervised: dict[str, _Supervised], pipe
         },
         "reload": {"request": reloads.handled, "error": reloads.error},
     }
-    settings.status_file.parent.mkdir(parents=True, exist_ok=True)
-    temporary = settings.status_file.with_suffix(".tmp")
-    temporary.write_text(json.dumps(status))
-    os.replace(temporary, settings.status_file)
+    replace_text(settings.status_file, json.dumps(status))

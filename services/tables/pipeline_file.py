@@ -7,13 +7,13 @@ with a line saying to edit it by hand.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import yaml
 
 from spark_jobs.config import PipelineConfig, PipelineConfigError, TableConfig, load
+from spark_jobs.files import replace_text
 
 _TABLES = re.compile(r"^tables:[ \t]*(#.*)?$", re.MULTILINE)
 # The first line after `tables:` that is neither indented, blank nor a comment ends the section.
@@ -80,6 +80,4 @@ def validated(path: Path, text: str) -> PipelineConfig:
 
 def write(path: Path, text: str) -> None:
     """Replace the file's text (write, then rename: a reader never sees half a file)."""
-    temporary = path.with_name(f".{path.name}.tide-tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    replace_text(path, text)

@@ -119,3 +119,19 @@ def test_tables_waits_until_every_query_reads_its_tables_and_runs_them_and_fails
     status(error="pipeline.yaml changed the views of orders")
     with pytest.raises(StackError, match="the apply jobs kept their tables: pipeline.yaml changed the views"):
         _applied(settings, pipeline, "r1")
+
+
+def test_files_written_by_many_threads_at_once_end_whole_and_leave_no_temporary_file(tmp_path):
+    """Two queries' threads seeing the same new catalogue write its cache at once (the CI failure of
+    `tide tables remove`: one renamed the other's temporary file away)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spark_jobs.files import replace_text
+
+    target = tmp_path / "checkpoints" / "catalogue.json"
+    texts = [json.dumps({"writer": n, "padding": "x" * 20_000}) for n in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(25):
+            list(pool.map(lambda text: replace_text(target, text), texts))
+            assert target.read_text() in texts
+    assert [path.name for path in target.parent.iterdir()] == ["catalogue.json"]
