@@ -126,13 +126,13 @@ class Runner:
             pipeline = pipeline.model_copy(update={"nested": {}})
         self.new = _new_tree()
         if self.new:
-            from spark_jobs.pipeline import make_sink
+            from spark_jobs.sinks.registry import build_sink
             from spark_jobs.settings import JobSettings
             from tests.demo_catalogue import demo_catalogue
 
             self.catalogue = demo_catalogue()
             # Search and cache write to the stores named by TIDE_JOB_ELASTICSEARCH_URL / TIDE_JOB_REDIS_URL.
-            self.sink = make_sink(sink_name, JobSettings(warehouse_dir=Path(warehouse)), pipeline)
+            self.sink = build_sink(sink_name, JobSettings(warehouse_dir=Path(warehouse)), pipeline)
             self._tables_properties(properties)
             self.sink.setup(spark, self.catalogue)
         else:

@@ -19,7 +19,6 @@ from spark_jobs.catalogue import Catalogue
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "pipeline.yaml"
 # The view section of a table each sink's query applies (analytics: spark_jobs.config.analytics_tables).
-_VIEW_OF_SINK = {"search": "search", "cache": "cache", "warehouse": "warehouse"}
 
 Identifier = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
 
@@ -301,11 +300,14 @@ class PipelineConfig(_Strict):
         return plans(self.cache_aggregates, cached, catalogue)
 
     def sink_tables(self, sink: str) -> list[str]:
-        """The tables a sink's query reads: those with its view; for analytics, those its derived
-        tables are built from."""
-        if sink == "analytics":
+        """The tables a sink's query reads: those with its view (spark_jobs/sinks/registry.py); for a
+        sink without one (analytics), those its derived tables are built from."""
+        from spark_jobs.sinks.registry import spec_of  # the registry names sinks, this module their views
+
+        view = spec_of(sink).view
+        if view is None:
             return self.analytics_tables()
-        return [table for table, views in self.tables.items() if getattr(views, _VIEW_OF_SINK[sink]) is not None]
+        return [table for table, views in self.tables.items() if getattr(views, view) is not None]
 
     def qualified_tables(self) -> list[str]:
         return [f"{self.source.schema_name}.{table}" for table in self.tables]

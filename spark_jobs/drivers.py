@@ -16,7 +16,8 @@ import json
 from pathlib import Path
 
 from spark_jobs.keep_alive import Child
-from spark_jobs.settings import DELTA_SINKS, JobSettings
+from spark_jobs.settings import JobSettings
+from spark_jobs.sinks.registry import DELTA_SINKS
 
 
 def children(settings: JobSettings, argv: list[str]) -> list[Child]:

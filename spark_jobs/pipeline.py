@@ -44,28 +44,9 @@ from spark_jobs.realtime import start as start_realtime
 from spark_jobs.session import starting_with
 from spark_jobs.settings import JobSettings, SinkName
 from spark_jobs.sinks.base import Batch, Capability, Sink
+from spark_jobs.sinks.registry import build_sink
 
 log = logging.getLogger("tideline.pipeline")
-
-
-def make_sink(name: SinkName, settings: JobSettings, pipeline: PipelineConfig) -> Sink:
-    """The sink for a sink name (imported here so a job loads only the clients it uses)."""
-    if name == "search":
-        from spark_jobs.sinks.elasticsearch import ElasticsearchSink
-
-        return ElasticsearchSink(settings.elasticsearch_url, pipeline, settings.es_bulk_size,
-                                 refresh_ms=settings.es_refresh_ms)
-    if name == "cache":
-        from spark_jobs.sinks.redis import RedisSink
-
-        return RedisSink(settings.redis_url, pipeline)
-    if name == "analytics":
-        from spark_jobs.sinks.delta import AnalyticsSink
-
-        return AnalyticsSink(str(settings.warehouse_dir), pipeline)
-    from spark_jobs.sinks.delta import WarehouseSink
-
-    return WarehouseSink(str(settings.warehouse_dir), pipeline)
 
 
 def live_catalogue(settings: JobSettings, pipeline: PipelineConfig) -> LiveCatalogue:
@@ -170,7 +151,7 @@ def build_query(
     `sink`, `checkpoint` and `available_now` serve rebuilds: a differently targeted sink, a fresh
     checkpoint (so reading starts at offset zero), and a run that stops once caught up.
     """
-    sink = sink or make_sink(sink_name, settings, pipeline)
+    sink = sink or build_sink(sink_name, settings, pipeline)
     catalogue = live_catalogue(settings, pipeline)
     realtime = sink_name in settings.realtime_sinks and not available_now
     topics = [pipeline.topic(table) for table in sink.tables()]

@@ -9,21 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from spark_jobs.config import DEFAULT_PATH
+from spark_jobs.sinks.registry import DELTA_SINKS, REALTIME_CAPABLE, SINKS, SinkName, spec_of
 
-# `analytics` is the warehouse's derived tables (SCD2 history, event-time windows): a query of its own,
-# so the current-state tables (`warehouse`) never wait for them.
-SinkName = Literal["search", "cache", "warehouse", "analytics"]
-SINKS: tuple[SinkName, ...] = ("search", "cache", "warehouse", "analytics")
-# The queries that write Delta tables; the others ship to stores that answer reads within seconds.
-DELTA_SINKS: tuple[SinkName, ...] = ("warehouse", "analytics")
-# The queries that can run in Spark's Real-Time Mode: a JVM writer ships their rows (docs/apply.md).
-REALTIME_CAPABLE: tuple[SinkName, ...] = ("search", "cache")
+__all__ = ["REALTIME_CAPABLE", "SINKS", "JobSettings", "SinkName", "one_line", "sink_names"]  # the sinks' names: spark_jobs/sinks/registry.py
 
 
 def sink_names(value: object) -> object:
@@ -117,8 +111,7 @@ class JobSettings(BaseSettings):
 
     def trigger_interval_of(self, sink: SinkName) -> str:
         """How often `sink`'s query starts a micro-batch."""
-        delta = {"warehouse": self.warehouse_trigger_interval, "analytics": self.analytics_trigger_interval}
-        return delta.get(sink, self.trigger_interval)
+        return str(getattr(self, spec_of(sink).trigger_setting))
 
     def max_offsets_of(self, sink: SinkName) -> int:
         """The most records one micro-batch of `sink`'s query takes."""

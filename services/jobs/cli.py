@@ -13,6 +13,7 @@ from services.stack.service import StackError
 from services.status import cli as status_view
 from spark_jobs import control
 from spark_jobs.settings import SINKS
+from spark_jobs.sinks.registry import UnknownSinkError, spec_of
 
 jobs_app = typer.Typer(help="The Spark Structured Streaming jobs that apply the changelog to every sink.")
 # Top-level commands about the jobs (merged into `tide` itself).
@@ -48,8 +49,10 @@ SinkArgument = Annotated[str, typer.Argument(help=", ".join(SINKS[:-1]) + " or "
 
 
 def _check_sink(sink: str) -> None:
-    if sink not in SINKS:
-        raise StackError(f"unknown sink {sink}; choose one of {', '.join(SINKS)}")
+    try:
+        spec_of(sink)
+    except UnknownSinkError as exc:
+        raise StackError(str(exc)) from None
 
 
 @jobs_app.command()
@@ -81,8 +84,6 @@ def rebuild_sink(sink: SinkArgument) -> None:
     settings = load_settings()
     with user_errors():
         _check_sink(sink)
-        if sink == "search":
-            swapped = rebuild.rebuild_search(settings, console.print)
-            console.print("aliases now point at " + ", ".join(f"{a} -> {i}" for a, i in swapped.items()))
-        else:
-            rebuild.rebuild_by_replay(settings, sink, console.print)
+        swapped = rebuild.rebuild(settings, sink, console.print)
+        if swapped:
+            console.print("now read from " + ", ".join(f"{name} -> {store}" for name, store in swapped.items()))

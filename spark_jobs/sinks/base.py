@@ -26,14 +26,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
+from spark_jobs.sinks.registry import Capability, spec_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.settings import JobSettings
 
 # Metadata every sink stores beside a row's columns; `tide verify` ignores names with this prefix.
 META_PREFIX = "tl_"
@@ -56,29 +58,6 @@ class LetterTopic:
     topic: str
 
 
-class Capability(Enum):
-    """What a sink can do beyond `setup` and `write`; each sink states its set (`capabilities`), and the
-    pipeline and `tide rebuild` ask it, never probe for methods."""
-
-    # `write` runs no Spark action: the frame it returns is lazy, and the pipeline's write of the dead
-    # letters runs the whole batch as one job. Without it the pipeline persists the batch's frames
-    # while the sink runs its own actions (Delta's MERGEs), so the topics are read and decoded once.
-    SINGLE_PASS = "single_pass"
-    # `available()`: the query holds (with back-off) while the store is down, instead of launching
-    # tasks that would fail and take shared Python workers with them.
-    WAITS_FOR_STORE = "waits_for_store"
-    # `Batch.every` is read: every change of the batch, not only the newest per row (SCD2 history).
-    EVERY_CHANGE = "every_change"
-    # `folders()`: the folders it writes, which `tide rebuild` clears before replaying the topics.
-    OWNS_FOLDERS = "owns_folders"
-    # `writer_rows()` / `writer()`: the sink can run in Spark's Real-Time Mode (spark_jobs/realtime.py):
-    # Spark SQL builds each change's request, a JVM ForeachWriter ships it as it arrives.
-    REAL_TIME = "real_time"
-    # `rebuild_target()` / `promote()`: a rebuild fills new physical stores behind the users' names and
-    # swaps them in at the end (Elasticsearch aliases), so readers never see a half-built view.
-    SWAPS_ON_REBUILD = "swaps_on_rebuild"
-
-
 @dataclass(frozen=True)
 class Batch:
     """One micro-batch as a sink sees it. `newest` and `every` hold no dead letters."""
@@ -91,20 +70,29 @@ class Batch:
 
 
 class Sink(ABC):
-    """One destination. Holds plain settings only: it is pickled to executors where it ships bytes."""
+    """One destination, declared in spark_jobs/sinks/registry.py under `name` (its capabilities are
+    there). Holds plain settings only: it is pickled to executors where it ships bytes."""
 
     name: ClassVar[str]
-    capabilities: ClassVar[frozenset[Capability]] = frozenset()
 
     def __init__(self, pipeline: PipelineConfig) -> None:
         self.pipeline = pipeline
 
+    @classmethod
+    @abstractmethod
+    def from_settings(cls, settings: JobSettings, pipeline: PipelineConfig) -> Sink:
+        """The sink as the jobs run it, configured from their settings."""
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return spec_of(self.name).capabilities
+
     def can(self, capability: Capability) -> bool:
         return capability in self.capabilities
 
-    @abstractmethod
     def tables(self) -> list[str]:
         """The captured tables this sink has a view of (its query subscribes to their topics)."""
+        return self.pipeline.sink_tables(self.name)
 
     @abstractmethod
     def setup(self, spark: SparkSession, catalogue: Catalogue) -> None:
@@ -142,6 +130,17 @@ class Sink(ABC):
         applied; returns the rejected rows like `write` (lazy: the caller runs it)."""
         raise NotImplementedError(f"{self.name} has no follow-up query")
 
-    def folders(self) -> list[str]:
-        """OWNS_FOLDERS: every folder the sink writes."""
-        raise NotImplementedError(f"{self.name} owns no folders")
+    def clear(self) -> None:
+        """CLEARS: remove everything the sink wrote (with the query stopped), so replaying the topics
+        from offset zero rebuilds it."""
+        raise NotImplementedError(f"{self.name} cannot be cleared")
+
+    def rebuild_target(self) -> Sink:
+        """SWAPS_ON_REBUILD: a sink like this one that writes new, empty physical stores behind the same
+        names; `tide rebuild` fills it by replaying the topics, then calls `promote` with it."""
+        raise NotImplementedError(f"{self.name} does not rebuild into new stores")
+
+    def promote(self, target: Sink) -> dict[str, str]:
+        """SWAPS_ON_REBUILD: make `target`'s stores the ones users read, atomically per name; returns
+        {name users read: store now behind it}. The old stores are kept for roll-back."""
+        raise NotImplementedError(f"{self.name} does not rebuild into new stores")

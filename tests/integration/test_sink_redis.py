@@ -381,6 +381,26 @@ def test_an_order_status_change_moves_all_its_items_and_a_replay_moves_nothing(s
     assert figures(client, prefix) == ({}, {})
 
 
+def test_clear_deletes_every_key_the_sink_wrote_and_no_other_key(sink, client, prefix, spark):
+    """`tide rebuild cache` clears through the sink: its rows, tombstones, bookkeeping and aggregates
+    go; a key of someone else's in the same database stays, even under the same prefix."""
+    apply(sink, spark, [order((1, 3), 7, customer=9, status="paid", total="12.50"),
+                        item((1, 4), 7, 1, product=3, quantity=2), order((1, 5), 8, op="d")])
+    assert figures(client, prefix) == ({9: (1, "12.50")}, {3: 2}) and client.exists(f"{prefix}orders:7")
+    theirs = [f"{prefix}sessions:42", f"other-{uuid.uuid4().hex[:8]}:orders:7"]
+    for key in theirs:
+        client.set(key, "kept")
+    try:
+        sink.clear()
+        left = sorted(key.decode() for key in client.scan_iter(match=f"{prefix}*", count=1000))
+        assert left == [theirs[0]] and client.get(theirs[1]) == b"kept"
+        sink.setup(spark, demo_catalogue())  # a cleared cache takes the declaration again and fills up
+        apply(sink, spark, [order((1, 3), 7, customer=9, status="paid", total="12.50")])
+        assert figures(client, prefix) == ({9: (1, "12.50")}, {})
+    finally:
+        client.delete(*theirs)
+
+
 def test_truncates_take_their_rows_out_of_the_aggregates(sink, client, prefix, spark):
     apply(sink, spark, [order((1, i), i, customer=i % 2, status="paid", total="1.10") for i in range(1, 9)])
     apply(sink, spark, [item((2, i), i, 1, product=i % 3, quantity=i) for i in range(1, 9)])

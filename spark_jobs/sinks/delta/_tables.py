@@ -67,6 +67,12 @@ def remove_uncommitted_log(path: str) -> None:
         shutil.rmtree(log)
 
 
+def remove_folders(folders: list[str]) -> None:
+    """A Delta sink's `clear`: its folders gone (local folders, as the local stack keeps them)."""
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class Tables:
     """The schemas of one sink's tables, as it last wrote them."""
 

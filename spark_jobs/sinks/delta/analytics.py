@@ -18,21 +18,22 @@ from typing import TYPE_CHECKING
 
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
-from spark_jobs.sinks.base import Batch, Capability, Sink
+from spark_jobs.sinks.base import Batch, Sink
 from spark_jobs.sinks.delta._current import CurrentState
 from spark_jobs.sinks.delta._history import History
-from spark_jobs.sinks.delta._tables import Tables, tune_session
+from spark_jobs.sinks.delta._tables import Tables, remove_folders, tune_session
 from spark_jobs.sinks.delta._windows import Windows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.settings import JobSettings
 
 
 class AnalyticsSink(Sink):
     """History and window tables under `warehouse_dir`."""
 
     name = "analytics"
-    capabilities = frozenset({Capability.EVERY_CHANGE, Capability.OWNS_FOLDERS})
 
     def __init__(self, warehouse_dir: str, pipeline: PipelineConfig) -> None:
         super().__init__(pipeline)
@@ -42,11 +43,15 @@ class AnalyticsSink(Sink):
         self.windows = Windows(self.warehouse_dir, pipeline.windows, tables)
         self.copy = CurrentState(f"{self.warehouse_dir}/_tideline/analytics", pipeline, pipeline.windowed_tables())
 
-    def tables(self) -> list[str]:
-        return self.pipeline.sink_tables("analytics")
+    @classmethod
+    def from_settings(cls, settings: JobSettings, pipeline: PipelineConfig) -> AnalyticsSink:
+        return cls(str(settings.warehouse_dir), pipeline)
 
     def folders(self) -> list[str]:
         return [*self.history.folders(), *self.windows.folders(), self.copy.folder]
+
+    def clear(self) -> None:
+        remove_folders(self.folders())
 
     def setup(self, spark: SparkSession, catalogue: Catalogue) -> None:
         """Creates the history tables, the window watermarks and the windowed tables' copy. Idempotent."""

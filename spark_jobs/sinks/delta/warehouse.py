@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING
 
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
-from spark_jobs.sinks.base import Batch, Capability, Sink
+from spark_jobs.sinks.base import Batch, Sink
 from spark_jobs.sinks.delta._current import CurrentState
-from spark_jobs.sinks.delta._tables import tune_session
+from spark_jobs.sinks.delta._tables import remove_folders, tune_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.settings import JobSettings
 
 
 class WarehouseSink(Sink):
@@ -25,15 +27,15 @@ class WarehouseSink(Sink):
     so not SINGLE_PASS: the pipeline persists the batch while they run."""
 
     name = "warehouse"
-    capabilities = frozenset({Capability.OWNS_FOLDERS})
 
     def __init__(self, warehouse_dir: str, pipeline: PipelineConfig, prune_by_key_range: bool = True) -> None:
         super().__init__(pipeline)
         self.warehouse_dir = warehouse_dir.rstrip("/")
         self.state = CurrentState(self.warehouse_dir, pipeline, self.tables(), prune_by_key_range)
 
-    def tables(self) -> list[str]:
-        return self.pipeline.sink_tables("warehouse")
+    @classmethod
+    def from_settings(cls, settings: JobSettings, pipeline: PipelineConfig) -> WarehouseSink:
+        return cls(str(settings.warehouse_dir), pipeline)
 
     def path(self, table: str) -> str:
         return self.state.path(table)
@@ -48,6 +50,9 @@ class WarehouseSink(Sink):
 
     def folders(self) -> list[str]:
         return self.state.folders()
+
+    def clear(self) -> None:
+        remove_folders(self.folders())
 
     def setup(self, spark: SparkSession, catalogue: Catalogue) -> None:
         """Creates the bookkeeping tables and the catalogue's tables if missing; reads the watermarks."""

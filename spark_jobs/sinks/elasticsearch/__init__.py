@@ -17,13 +17,15 @@ from elasticsearch import Elasticsearch
 
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
-from spark_jobs.sinks.base import MOVE_WAIT_MS, VERSION_MAJOR, VERSION_MINOR, Batch, Capability, LetterTopic, Sink
+from spark_jobs.sinks.base import MOVE_WAIT_MS, VERSION_MAJOR, VERSION_MINOR, Batch, LetterTopic, Sink
 from spark_jobs.sinks.elasticsearch import _mapping, _store
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES, WATERMARKS
 from spark_jobs.sinks.elasticsearch._store import ElasticsearchSinkError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.settings import JobSettings
 
 # A nested view's index starts with its reference list only; fields follow the flat indices' mappings.
 _NESTED_PROPERTIES = {"tl_refs": {"type": "keyword"}}
@@ -36,12 +38,10 @@ REFRESH_MS = 100
 
 class ElasticsearchSink(Sink):
     """The `search` view. `targets` maps a table to a physical index to write instead of its alias
-    (`tide rebuild` fills `create_version(alias)` that way, then calls `swap_alias`); tombstones and
-    watermarks belong to the alias, so the live and the rebuild index share them."""
+    (`rebuild_target` builds such a sink over new index versions, `promote` swaps the aliases to them);
+    tombstones and watermarks belong to the alias, so the live and the rebuild index share them."""
 
     name = "search"
-    capabilities = frozenset({Capability.SINGLE_PASS, Capability.WAITS_FOR_STORE, Capability.SWAPS_ON_REBUILD,
-                              Capability.REAL_TIME})
 
     def __init__(self, url: str, pipeline: PipelineConfig, bulk_size: int = 1000, targets: dict[str, str] | None = None,
                  shards: int = 1, replicas: int = 0, nested_targets: dict[str, str] | None = None,
@@ -61,10 +61,11 @@ class ElasticsearchSink(Sink):
         self._mapped: dict[str, set[str]] = {}  # fields known mapped, per target index (driver)
         self._refused: dict[str, dict[str, str]] = {}  # table -> column -> why it cannot be mapped
 
-    # -- names
+    @classmethod
+    def from_settings(cls, settings: JobSettings, pipeline: PipelineConfig) -> ElasticsearchSink:
+        return cls(settings.elasticsearch_url, pipeline, settings.es_bulk_size, refresh_ms=settings.es_refresh_ms)
 
-    def tables(self) -> list[str]:
-        return self.pipeline.sink_tables("search")
+    # -- names
 
     def alias(self, table: str) -> str | None:
         """The name users query for a table, or None if the table has no search view."""
@@ -144,6 +145,22 @@ class ElasticsearchSink(Sink):
             index = f"{alias}-v{max(versions, default=0) + 1}"
             es.indices.create(index=index, settings=self._settings(), mappings=_mapping.restyled(current, full_text))
             return index
+
+    def rebuild_target(self) -> ElasticsearchSink:
+        """This sink over a new version of every index, flat and nested (after `setup`: the aliases exist)."""
+        targets = {table: self.create_version(alias) for table in self.tables() if (alias := self.alias(table))}
+        nested = {name: self.create_version(name) for name in self.pipeline.nested}
+        return ElasticsearchSink(self.url, self.pipeline, self.bulk_size, targets=targets, shards=self.shards,
+                                 replicas=self.replicas, nested_targets=nested, refresh_ms=self.refresh_ms)
+
+    def promote(self, target: Sink) -> dict[str, str]:
+        """Every alias moved to the index `target` filled, one atomic `_aliases` call each."""
+        assert isinstance(target, ElasticsearchSink), target
+        swapped = {**{self.alias(table) or table: index for table, index in target.targets.items()},
+                   **target.nested_targets}
+        for alias, index in swapped.items():
+            self.swap_alias(alias, index)
+        return swapped
 
     def swap_alias(self, alias: str, index: str) -> None:
         """Point `alias` at `index` only, in one atomic `_aliases` call. Old indices are kept."""

@@ -21,11 +21,13 @@ import redis
 from spark_jobs.aggregates import AggregateConfigError
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
-from spark_jobs.sinks.base import MOVE_WAIT_MS, VERSION_MAJOR, VERSION_MINOR, Batch, Capability, LetterTopic, Sink
+from spark_jobs.sinks.base import MOVE_WAIT_MS, VERSION_MAJOR, VERSION_MINOR, Batch, LetterTopic, Sink
 from spark_jobs.sinks.redis._scripts import RAISE_WATERMARK, aggregate_spec, row_scripts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from spark_jobs.settings import JobSettings
 
 # Bumped when the stored encoding changes: a cache written otherwise must be rebuilt.
 ENCODING = "text-1"
@@ -100,7 +102,6 @@ class RedisSink(Sink):
     """The `cache` view in Redis."""
 
     name = "cache"
-    capabilities = frozenset({Capability.SINGLE_PASS, Capability.WAITS_FOR_STORE, Capability.REAL_TIME})
 
     def __init__(self, url: str, pipeline: PipelineConfig, key_prefix: str = "", chunk_rows: int = 500) -> None:
         super().__init__(pipeline)
@@ -109,8 +110,9 @@ class RedisSink(Sink):
         self.chunk_rows = chunk_rows
         self._types_written: dict[str, dict[str, str]] = {}
 
-    def tables(self) -> list[str]:
-        return self.pipeline.sink_tables("cache")
+    @classmethod
+    def from_settings(cls, settings: JobSettings, pipeline: PipelineConfig) -> RedisSink:
+        return cls(settings.redis_url, pipeline)
 
     def available(self) -> bool:
         try:
@@ -129,6 +131,21 @@ class RedisSink(Sink):
             for script in (self._apply, RAISE_WATERMARK, self._prune):
                 client.script_load(script.source)
             self._write_types(client, catalogue)
+
+    def clear(self) -> None:
+        """Deletes what this sink wrote and nothing else in the database: its tables' rows, its
+        bookkeeping (`tideline:*` under its prefix) and the aggregates of the declaration the cache
+        was built with (held beside the rows, so aggregates since removed from pipeline.yaml go too)."""
+        with redis.Redis.from_url(self.url) as client:
+            held = client.hget(spec_key(self.key_prefix), "declaration")
+            built_with = json.loads(held) if held else []
+            patterns = [glob_escape(row_key(table, "", self.key_prefix)) + "*" for table in self.tables()]
+            patterns += [glob_escape(f"{self.key_prefix}{a['key_head']}") + ("*" + glob_escape(a["key_tail"])
+                         if a["type"] == "hash" else "") for a in built_with]
+            patterns.append(glob_escape(f"{self.key_prefix}tideline:") + "*")
+            keys = [key for pattern in patterns for key in client.scan_iter(match=pattern, count=1000)]
+            for start in range(0, len(keys), 1000):
+                client.unlink(*keys[start:start + 1000])
 
     def _check_declaration(self, client: redis.Redis) -> None:
         """The aggregates' declaration and the value encoding are stored beside the rows. A cache that

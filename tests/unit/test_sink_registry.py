@@ -1,0 +1,57 @@
+"""The sink registry is the one place a sink is declared: each declaration's class, view, pace and
+capabilities agree with the code, and a name it does not declare is refused."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from pydantic import ValidationError
+
+from spark_jobs.config import TableConfig, load
+from spark_jobs.settings import JobSettings
+from spark_jobs.sinks.base import Sink
+from spark_jobs.sinks.registry import REGISTRY, SINKS, Capability, UnknownSinkError, build_sink, spec_of
+
+# The methods that back each capability: a sink overrides them exactly when it declares the capability.
+BACKED_BY = {
+    Capability.WAITS_FOR_STORE: ("available",),
+    Capability.CLEARS: ("clear",),
+    Capability.REAL_TIME: ("writer_rows", "writer"),
+    Capability.SWAPS_ON_REBUILD: ("rebuild_target", "promote"),
+}
+
+
+def sink_class(name: str) -> type[Sink]:
+    module, _, attribute = REGISTRY[name].sink_class.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@pytest.mark.parametrize("name", SINKS)
+def test_each_declared_sink_is_a_sink_of_that_name_with_the_methods_its_capabilities_promise(name):
+    spec, cls = REGISTRY[name], sink_class(name)
+    assert issubclass(cls, Sink) and cls.name == name
+    for capability, methods in BACKED_BY.items():
+        for method in methods:
+            overridden = getattr(cls, method) is not getattr(Sink, method)
+            assert overridden == (capability in spec.capabilities), f"{name}.{method} vs {capability}"
+
+
+@pytest.mark.parametrize("name", SINKS)
+def test_each_declared_sink_is_built_from_the_job_settings_and_reads_its_views_tables(name, tmp_path):
+    pipeline = load()
+    sink = build_sink(name, JobSettings(warehouse_dir=tmp_path), pipeline)
+    assert sink.name == name and sink.capabilities == REGISTRY[name].capabilities
+    assert sink.tables() == pipeline.sink_tables(name) and sink.tables()
+    view = REGISTRY[name].view
+    assert view is None or view in TableConfig.model_fields
+    assert JobSettings().trigger_interval_of(name) == getattr(JobSettings(), REGISTRY[name].trigger_setting)
+
+
+def test_a_sink_the_registry_does_not_declare_is_refused_by_name_everywhere():
+    with pytest.raises(UnknownSinkError, match="^unknown sink nope; choose one of search, cache, warehouse, analytics$"):
+        spec_of("nope")
+    with pytest.raises(UnknownSinkError):
+        load().sink_tables("nope")
+    with pytest.raises(ValidationError):
+        JobSettings(sinks=["nope"])
