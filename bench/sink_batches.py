@@ -2,9 +2,9 @@
 
 Synthetic Debezium records (the layout of tests/unit/fixtures/debezium_records.json; without Connect's
 schema, as the pipeline's connector writes them, or with it for main's Python decoder, which needs it)
-are built in Spark SQL for the four demo tables and handed to the sink the way the query's foreachBatch does. Each batch runs in
-a job group; the status tracker lists its jobs and their stages. At the end it prints the CPU time
-the local Python workers used (their processes, read from /proc). Search and cache write to the
+are built in Spark SQL for the four demo tables and handed to the sink the way the query's foreachBatch
+does. Each batch runs in a job group; the status tracker lists its jobs and their stages. At the end it
+prints the CPU time the local Python workers used (their processes, read from /proc). Search and cache write to the
 stores of TIDE_JOB_ELASTICSEARCH_URL / TIDE_JOB_REDIS_URL (e.g. a stack's, `tide up`);
 BENCH_NO_NESTED=1 leaves the nested views out of the pipeline (the search sink's flat writes alone).
 
@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 # Records with Connect's schema, which both decoders read: this tree keeps them apart from its schemaless ones.
 _WITH_SCHEMA = ROOT / "tests/unit/fixtures/debezium_records_with_schema.json"
-FIXTURES = json.loads((_WITH_SCHEMA if _WITH_SCHEMA.exists() else ROOT / "tests/unit/fixtures/debezium_records.json").read_text())
+FIXTURES = json.loads(
+    (_WITH_SCHEMA if _WITH_SCHEMA.exists() else ROOT / "tests/unit/fixtures/debezium_records.json").read_text())
 TEMPLATES = {"orders": "orders_update", "order_items": "order_items_delete", "customers": "customers_snapshot",
              "products": "products_insert"}
 SHARES = {"orders": 0.4, "order_items": 0.4, "customers": 0.1, "products": 0.1}
@@ -66,31 +67,38 @@ def records(spark, table: str, first_key: int, count: int, op: str, major: int, 
         rows = rows.dropDuplicates(["k"])
     stamp = F.lit("2026-11-22T06:55:32.386297Z")
     after = {
-        "orders": F.struct(F.col("k").alias("id"), (F.col("k") % 1000).alias("customer_id"), F.lit("paid").alias("status"),
-                           F.format_string("%d.50", F.col("k") % 997).alias("total"), stamp.alias("created_at"), stamp.alias("updated_at")),
-        "order_items": F.struct(F.col("k").alias("order_id"), F.lit(1).alias("line_no"), (F.col("k") % 500).alias("product_id"),
-                                (F.col("k") % 7).alias("quantity"), F.lit("3.25").alias("unit_price")),
+        "orders": F.struct(F.col("k").alias("id"), (F.col("k") % 1000).alias("customer_id"),
+                           F.lit("paid").alias("status"), F.format_string("%d.50", F.col("k") % 997).alias("total"),
+                           stamp.alias("created_at"), stamp.alias("updated_at")),
+        "order_items": F.struct(F.col("k").alias("order_id"), F.lit(1).alias("line_no"),
+                                (F.col("k") % 500).alias("product_id"), (F.col("k") % 7).alias("quantity"),
+                                F.lit("3.25").alias("unit_price")),
         "customers": F.struct(F.col("k").alias("id"), F.concat(F.lit("c"), F.col("k"), F.lit("@x.io")).alias("email"),
-                              F.lit("Name").alias("name"), F.lit("FR").alias("country"), stamp.alias("created_at"), stamp.alias("updated_at")),
-        "products": F.struct(F.col("k").alias("id"), F.concat(F.lit("SKU-"), F.col("k")).alias("sku"), F.lit("Mug").alias("name"),
-                             F.repeat(F.lit("description "), 20).alias("description"), F.lit("12.50").alias("price"),
+                              F.lit("Name").alias("name"), F.lit("FR").alias("country"), stamp.alias("created_at"),
+                              stamp.alias("updated_at")),
+        "products": F.struct(F.col("k").alias("id"), F.concat(F.lit("SKU-"), F.col("k")).alias("sku"),
+                             F.lit("Mug").alias("name"), F.repeat(F.lit("description "), 20).alias("description"),
+                             F.lit("12.50").alias("price"),
                              F.array(F.lit("kitchen")).alias("tags"), F.lit('{"color": "blue"}').alias("attributes"),
                              stamp.alias("updated_at")),
     }[table]
-    keys = F.struct(F.col("k").alias("order_id"), F.lit(1).alias("line_no")) if table == "order_items" else F.struct(F.col("k").alias("id"))
+    keys = (F.struct(F.col("k").alias("order_id"), F.lit(1).alias("line_no")) if table == "order_items"
+            else F.struct(F.col("k").alias("id")))
     lsn = F.lit(major * 100_000) + F.col("n")  # below 2^53 (Redis Lua compares exactly up to there)
     sequence = F.to_json(F.array(F.lit(None).cast("string") if op == "r" else F.lit(str(major)), lsn.cast("string")))
     source = F.struct(F.lit(table).alias("table"), lsn.alias("lsn"), sequence.alias("sequence"),
-                      F.lit("true" if op == "r" else "false").alias("snapshot"), F.lit(1_763_794_532_386).alias("ts_ms"),
-                      F.lit(1).alias("txId"))
-    payload = F.struct(F.lit(None).alias("before"), (F.lit(None) if op == "d" else after).alias("after"), source.alias("source"),
-                       F.lit(op).alias("op"))
+                      F.lit("true" if op == "r" else "false").alias("snapshot"),
+                      F.lit(1_763_794_532_386).alias("ts_ms"), F.lit(1).alias("txId"))
+    payload = F.struct(F.lit(None).alias("before"), (F.lit(None) if op == "d" else after).alias("after"),
+                       source.alias("source"), F.lit(op).alias("op"))
     value, key_json = F.to_json(payload), F.to_json(keys)
     if not _new_tree():  # main's Python decoder reads Connect's schema; this tree's records have none
         value = F.concat(F.lit('{"schema":' + value_schema + ',"payload":'), value, F.lit("}"))
         key_json = F.concat(F.lit('{"schema":' + key_schema + ',"payload":'), key_json, F.lit("}"))
-    return rows.select(F.lit(f"tideline.public.{table}").alias("topic"), (F.col("k") % 3).cast("int").alias("partition"),
-                       F.col("n").alias("offset"), key_json.cast("binary").alias("key"), value.cast("binary").alias("value"))
+    return rows.select(F.lit(f"tideline.public.{table}").alias("topic"),
+                       (F.col("k") % 3).cast("int").alias("partition"),
+                       F.col("n").alias("offset"), key_json.cast("binary").alias("key"),
+                       value.cast("binary").alias("value"))
 
 
 def batch_records(spark, total: int, op: str, major: int, keyspace: int | None, tables: list[str], first_key: int = 1):
@@ -126,8 +134,8 @@ class Runner:
             pipeline = pipeline.model_copy(update={"nested": {}})
         self.new = _new_tree()
         if self.new:
-            from spark_jobs.sinks.registry import build_sink
             from spark_jobs.settings import JobSettings
+            from spark_jobs.sinks.registry import build_sink
             from tests.demo_catalogue import demo_catalogue
 
             self.catalogue = demo_catalogue()
@@ -183,7 +191,8 @@ class Runner:
         newest = newest_per_row(every).persist()
         try:
             good = F.col("error").isNull()
-            rejected = self.sink.write(Batch(batch_id, self.spark, newest.where(good), every.where(good), self.catalogue))
+            rejected = self.sink.write(Batch(batch_id, self.spark, newest.where(good), every.where(good),
+                                             self.catalogue))
             letters = newest.where(~good).select("origin")
             if rejected is not None:
                 letters = letters.unionByName(rejected.select("origin"))
@@ -286,7 +295,7 @@ def _stage_times(spark, stage_ids: list[int]) -> list[dict]:
     for stage in stage_ids:
         try:
             data = store.lastStageAttempt(stage)
-        except Exception:  # a skipped stage has no attempt
+        except Exception:  # noqa: BLE001 - a skipped stage has no attempt (py4j raises its own error)
             continue
         if data.submissionTime().isEmpty() or data.completionTime().isEmpty():
             continue
@@ -321,11 +330,13 @@ def main() -> None:
 
     from spark_jobs.session import build_session
 
-    spark = build_session("tideline-bench-delta", ROOT / ".tideline/lib/spark", master=args.master, driver_memory=args.driver_memory)
+    spark = build_session("tideline-bench-delta", ROOT / ".tideline/lib/spark", master=args.master,
+                          driver_memory=args.driver_memory)
     spark.sparkContext.setLogLevel("ERROR")
     for item in args.conf:
         spark.conf.set(*item.split("=", 1))
-    if os.environ.get("BENCH_CODEGEN_LOG"):  # every generated class's source, to stderr (to find code compiled per batch)
+    # every generated class's source, to stderr (to find code compiled per batch)
+    if os.environ.get("BENCH_CODEGEN_LOG"):
         jvm = spark._jvm
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             "org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator", jvm.org.apache.logging.log4j.Level.DEBUG)
@@ -354,10 +365,12 @@ def main() -> None:
                 kafka.unpersist()
                 batch_id += 1
             for step in range(args.batches):
-                kafka = records(spark, "orders", 1, args.batch, "u", 1000 + step, keyspace=int(args.seed * 1.05)).persist()
+                kafka = records(spark, "orders", 1, args.batch, "u", 1000 + step,
+                                keyspace=int(args.seed * 1.05)).persist()
                 rows = kafka.count()
                 result = measure(spark, runner, kafka, batch_id, rows)
-                print(json.dumps({"phase": "update", "properties": properties, "table_rows": args.seed, **result}), flush=True)
+                print(json.dumps({"phase": "update", "properties": properties, "table_rows": args.seed, **result}),
+                      flush=True)
                 kafka.unpersist()
                 batch_id += 1
     _print_python_workers_cpu()

@@ -22,7 +22,8 @@ T = TypeVar("T")
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("elastic_transport").setLevel(logging.WARNING)  # a line per request: the driver's own log is per batch
+    # a line per request: the driver's own log is per batch
+    logging.getLogger("elastic_transport").setLevel(logging.WARNING)
     settings = _or_refused(read_settings)
     pipeline = _or_refused(lambda: _checked_pipeline(settings))
     spark = build_session("tideline-apply", settings.jars_dir, master=local_master(settings, pipeline),

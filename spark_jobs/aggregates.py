@@ -164,7 +164,8 @@ def plan(name: str, view: AggregateView, cached_tables: set[str], catalogue: Cat
     join_key = None
     if view.join is not None:
         if view.join.table == view.table:
-            raise fail("join.table", f"{view.table} joins itself: a cycle (a row would be its own parent); join another table")
+            raise fail("join.table",
+                       f"{view.table} joins itself: a cycle (a row would be its own parent); join another table")
         joined = table_info("join.table", view.join.table)
         column("join.foreign_key", row, view.table, view.join.foreign_key)
         if len(joined.primary_key) != 1:
@@ -177,7 +178,8 @@ def plan(name: str, view: AggregateView, cached_tables: set[str], catalogue: Cat
         if not table:
             return "row", column(field, row, view.table, name), name
         if joined is None or view.join is None or table != view.join.table:
-            raise fail(field, f"{name}: {table} is not the joined table; declare `join: {{table: {table}, foreign_key: ...}}`")
+            raise fail(field, f"{name}: {table} is not the joined table; "
+                              f"declare `join: {{table: {table}, foreign_key: ...}}`")
         return "join", column(field, joined, table, bare), bare
 
     def terms(field: str, conditions: Where) -> tuple[Term, ...]:
@@ -207,17 +209,20 @@ def plan(name: str, view: AggregateView, cached_tables: set[str], catalogue: Cat
     placeholder = "{" + view.group_by + "}"
     if view.type == "hash":
         if view.key.count(placeholder) != 1:
-            raise fail("key", f"a hash aggregate's key needs {placeholder} once, e.g. {view.group_by}:{placeholder}:stats")
+            raise fail("key",
+                       f"a hash aggregate's key needs {placeholder} once, e.g. {view.group_by}:{placeholder}:stats")
         head, tail = view.key.split(placeholder)
     else:
         if "{" in view.key:
             raise fail("key", "a sorted set is one key: no {placeholder} (the group is the member)")
         if len(measures) != 1 or measures[0].scale != 0:
-            raise fail("measures", "a sorted set has one measure, a count or a sum of an integer column (scores are doubles)")
+            raise fail("measures",
+                       "a sorted set has one measure, a count or a sum of an integer column (scores are doubles)")
         head, tail = view.key, ""
     for table in cached_tables:
         if head.startswith(f"{table}:"):
-            raise fail("key", f"{view.key} would mix with the cached rows of {table} ({table}:<id>): choose another key")
+            raise fail("key",
+                       f"{view.key} would mix with the cached rows of {table} ({table}:<id>): choose another key")
     if head.startswith("tideline:"):
         raise fail("key", "tideline: keys are the sink's own bookkeeping: choose another key")
     return AggregatePlan(
@@ -233,7 +238,7 @@ def plans(
     AggregateConfigError on the first problem."""
     resolved = [plan(name, view, cached_tables, catalogue) for name, view in aggregates.items()]
     keys = [(p.key_head, p.key_tail) for p in resolved]
-    for index, (p, key) in enumerate(zip(resolved, keys)):
+    for index, (p, key) in enumerate(zip(resolved, keys, strict=True)):
         if key in keys[:index]:
             raise AggregateConfigError(f"cache_aggregates.{p.name}.key: the same key as an earlier aggregate")
     return resolved

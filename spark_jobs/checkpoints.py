@@ -82,7 +82,7 @@ def starting_offsets(checkpoint: Path, topics: list[str], partitions: int) -> st
     if has_commits(checkpoint) or not retired(checkpoint).is_dir():
         return "earliest"
     committed = committed_offsets(retired(checkpoint))
-    chosen = {topic: committed.get(topic) or {p: EARLIEST for p in range(partitions)} for topic in topics}
+    chosen = {topic: committed.get(topic) or dict.fromkeys(range(partitions), EARLIEST) for topic in topics}
     return json.dumps({topic: {str(p): o for p, o in sorted(parts.items())} for topic, parts in chosen.items()})
 
 

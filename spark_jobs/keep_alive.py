@@ -180,5 +180,15 @@ def main(children: list[Child]) -> None:
     sys.exit(run_all(children))
 
 
-__all__ = ["CONFIG_REFUSED", "JVM_DIED", "RESTART", "Child", "run_all", "exit_with_the_jvm", "launched_jvm", "restarts_after", "run",
-           "run_until_the_jvm_ends"]
+__all__ = [
+    "CONFIG_REFUSED",
+    "JVM_DIED",
+    "RESTART",
+    "Child",
+    "exit_with_the_jvm",
+    "launched_jvm",
+    "restarts_after",
+    "run",
+    "run_all",
+    "run_until_the_jvm_ends",
+]

@@ -19,7 +19,6 @@ import logging
 import os
 import re
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from spark_jobs import dead_letters

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-
 Version = tuple[int, int]
 
 # Operations that end a row: a delete, or a truncate of its table. Such a version is never current.

@@ -5,9 +5,9 @@ Why: before every task, pyspark's worker calls `importlib.invalidate_caches()`, 
 zip importer then reads its whole archive's directory again, once per package imported from it. With
 pyspark imported from `pyspark.zip` (1,220 files), and Spark's core jar on the path too (a jar is a
 zip: thousands of classes), that was 16 importers and about 90 ms of a core per task on this machine
-(docs/apply.md, "Fixed cost per batch"); search and cache run several Python tasks per micro-batch. Spark starts this module (`spark.python.daemon.module`, set by
-`session.build_session` for local masters only: on a cluster the executors' interpreter may have
-pyspark only as those archives).
+(docs/apply.md, "Fixed cost per batch"); search and cache run several Python tasks per micro-batch.
+Spark starts this module (`spark.python.daemon.module`, set by `session.build_session` for local
+masters only: on a cluster the executors' interpreter may have pyspark only as those archives).
 """
 
 from __future__ import annotations

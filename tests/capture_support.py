@@ -12,7 +12,6 @@ from services.verify.canonical import TableShape
 from spark_jobs.changes import Change, decode, decode_key
 from spark_jobs.config import PipelineConfig
 
-
 # The chaos runner's reader serves the tests too: one way to read a topic to its end.
 Record = Delivered
 

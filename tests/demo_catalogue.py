@@ -10,7 +10,6 @@ from sqlalchemy.dialects import postgresql
 
 from spark_jobs.catalogue import Catalogue, Column, TableSchema
 
-
 # SQLAlchemy type → (PostgreSQL type name, typcategory), most specific first.
 _TYPES: list[tuple[type, str, str]] = [
     (sa.SmallInteger, "INT2", "N"), (sa.BigInteger, "INT8", "N"), (sa.Integer, "INT4", "N"), (sa.Float, "FLOAT8", "N"),
@@ -23,7 +22,8 @@ def _column(column: sa.Column) -> Column:
     kind = column.type
     if isinstance(kind, sa.ARRAY):
         element = _column(sa.Column(column.name, kind.item_type))
-        return Column(column.name, "_" + element.type, element.precision, element.scale, element.values, element.category)
+        return Column(column.name, "_" + element.type, element.precision, element.scale, element.values,
+                      element.category)
     if isinstance(kind, sa.Enum):
         return Column(column.name, kind.name.upper(), values=tuple(kind.enums), category="E")
     if isinstance(kind, sa.Numeric) and not isinstance(kind, sa.Float):

@@ -62,7 +62,7 @@ class Search:
         self.views = {
             (config.search.index or table): list(config.search.text)
             for table, config in pipeline.tables.items() if config.search is not None
-        } | dict.fromkeys(pipeline.nested, [])
+        } | {name: [] for name in pipeline.nested}
 
     def _fields(self, alias: str) -> dict[str, str]:
         """The index's mapped top-level fields and their types (the sink maps columns as they arrive)."""

@@ -30,7 +30,9 @@ def bench_command(
     rates: Annotated[
         str | None, typer.Option(help="freshness, throughput: operations/s to run, comma-separated (e.g. 100,1000).")
     ] = None,
-    duration: Annotated[float | None, typer.Option(min=5, help="Seconds per rate (freshness, throughput, baseline).")] = None,
+    duration: Annotated[
+        float | None, typer.Option(min=5, help="Seconds per rate (freshness, throughput, baseline).")
+    ] = None,
     rows: Annotated[int | None, typer.Option(min=1, help="snapshot: products rows to snapshot.")] = None,
     changes: Annotated[
         int | None, typer.Option(min=1, help="drain: row changes in the backlog (default 500,000).")
@@ -100,7 +102,9 @@ def parse_rates(text: str) -> list[float]:
     try:
         rates = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise core.BenchError(f"--rates {text!r} is not a comma-separated list of numbers, e.g. --rates 100,1000") from None
+        raise core.BenchError(
+            f"--rates {text!r} is not a comma-separated list of numbers, e.g. --rates 100,1000"
+        ) from None
     if not rates or any(rate <= 0 for rate in rates):
         raise core.BenchError(f"--rates {text!r}: give one or more positive rates, e.g. --rates 100,1000")
     return rates

@@ -25,8 +25,8 @@ from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from services.stack.catalogue import CATALOGUE
 from services.stack.service import StackError
-from spark_jobs.config import PipelineConfig
 from spark_jobs.checkpoints import Offsets
+from spark_jobs.config import PipelineConfig
 from spark_jobs.settings import SINKS, JobSettings, SinkName
 
 T = TypeVar("T")
@@ -131,7 +131,8 @@ class Bench:
     def apply(self) -> None:
         """Start the Spark jobs and wait until every query runs."""
         self.say("starting the apply jobs")
-        runner.start_and_wait(self.settings, [driver.SERVICE], report=lambda name, state: self.say(f"  {name}: {state}"))
+        runner.start_and_wait(self.settings, [driver.SERVICE],
+                              report=lambda name, state: self.say(f"  {name}: {state}"))
 
     def pause_connector(self, paused: bool) -> None:
         """Pause (the slot then holds every change) or resume the connector's task; waits for the state."""
@@ -166,7 +167,8 @@ class Bench:
     def require_jobs(self) -> None:
         """BenchError if the jobs driver is gone (nothing restarts it): waiting for the sinks is then pointless."""
         if process.running(runner.pid_file(self.settings, driver.SERVICE)) is None:
-            raise BenchError(f"the jobs driver is not running; its log: {runner.log_file(self.settings, driver.SERVICE)}")
+            raise BenchError(
+                f"the jobs driver is not running; its log: {runner.log_file(self.settings, driver.SERVICE)}")
 
     def component_pids(self) -> dict[str, int]:
         """Root pid of each running component (the sampler adds their descendants), and this process."""
@@ -200,7 +202,8 @@ class Bench:
         for sink, committed in self.positions(sinks).items():
             mine = {topic: parts for topic, parts in ends.items() if topic in self.topics(sink)}
             counts[sink] = sum(
-                min(committed.get(topic, {}).get(part, 0), end) for topic, parts in mine.items() for part, end in parts.items()
+                min(committed.get(topic, {}).get(part, 0), end)
+                for topic, parts in mine.items() for part, end in parts.items()
             )
         return counts
 

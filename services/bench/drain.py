@@ -159,12 +159,13 @@ def time_sinks(bench: Bench, timeout_s: float) -> dict:
         if stopped or now - began > timeout_s or now - last_gain > STALL_S:
             stopped = stopped or ("timeout" if now - began > timeout_s else f"no sink gained for {STALL_S:.0f}s")
             bench.say(f"  stopped waiting after {now - began:.0f}s ({stopped}): " + ", ".join(
-                f"{sink} {series[-1][i]:,} of {goal[sink] - start[sink]:,}" for i, sink in enumerate(bench.sinks, start=1)
-                if sink not in done_at))
+                f"{sink} {series[-1][i]:,} of {goal[sink] - start[sink]:,}"
+                for i, sink in enumerate(bench.sinks, start=1) if sink not in done_at))
             break
         if len(series) % 30 == 0:
             bench.record_load()
-            bench.say("  applied: " + ", ".join(f"{sink} {series[-1][i]:,}" for i, sink in enumerate(bench.sinks, start=1)))
+            bench.say("  applied: " + ", ".join(
+                f"{sink} {series[-1][i]:,}" for i, sink in enumerate(bench.sinks, start=1)))
         time.sleep(SAMPLE_S)  # poll: the queries commit on their own schedule
     sinks = {}
     for i, sink in enumerate(bench.sinks, start=1):

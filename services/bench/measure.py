@@ -151,7 +151,8 @@ class ProcessSampler(threading.Thread):
         return result
 
     def series(self) -> dict[str, list[list[float]]]:
-        return {name: [[round(s.at, 1), s.cpu_percent, s.rss_mb] for s in samples] for name, samples in self.samples.items()}
+        return {name: [[round(s.at, 1), s.cpu_percent, s.rss_mb] for s in samples]
+                for name, samples in self.samples.items()}
 
 
 # ---- the machine ------------------------------------------------------------------------------
@@ -177,7 +178,8 @@ def busiest_processes(seconds: float = 2.0, top: int = 8, exclude: Iterable[int]
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit() and int(entry.name) not in skip and (fields := _stat_fields(int(entry.name))):
                 try:
-                    command = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+                    command = cmdline.replace(b"\0", b" ").decode(errors="replace")
                 except OSError:
                     continue
                 if command.strip():  # kernel threads and zombies have no command line

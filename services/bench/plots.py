@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on a server
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+import matplotlib.pyplot as plt  # after choosing the backend
 
 SINK_COLOURS = {"search": "tab:blue", "cache": "tab:red", "warehouse": "tab:green", "analytics": "tab:purple",
                 "captured": "tab:gray", "capture": "tab:gray", "decoding": "tab:olive"}
@@ -29,7 +29,7 @@ def cdf_points(values: list[float]) -> tuple[list[float], list[float]]:
 def delays(phases: list[dict], path: Path, title: str) -> Path:
     """Per phase (one row): delay over time per sink, and the CDF of delays per sink."""
     figure, axes = plt.subplots(len(phases), 2, figsize=(12, 3.6 * len(phases)), squeeze=False)
-    for row, phase in zip(axes, phases):
+    for row, phase in zip(axes, phases, strict=True):
         over_time, cdf = row
         for sink, points in phase["delays"].items():
             if not points:
@@ -58,7 +58,7 @@ def offered_vs_applied(steps: list[dict], path: Path, title: str) -> Path:
     for sink in steps[0]["applied_per_s"] if steps else ():
         axis.plot(offered, [step["applied_per_s"][sink] for step in steps], "o-", color=SINK_COLOURS.get(sink),
                   label=sink)
-    top = max(offered + [1.0]) * 1.1
+    top = max([*offered, 1.0]) * 1.1
     axis.plot([0, top], [0, top], "--", color="gray", label="keeps up (applied = offered)")
     axis.set(title=title, xlabel="changes/s offered (into Kafka)", ylabel="changes/s applied by the sink")
     axis.grid(True, alpha=0.3)
@@ -91,7 +91,7 @@ def stage_rates(rates: dict[str, float | None], path: Path, title: str) -> Path:
     values = [rates[name] or 0.0 for name in names]
     bars = axis.bar(names, values, color=[SINK_COLOURS.get(name, "tab:gray") for name in names])
     first = values[0] or None
-    for bar, value in zip(bars, values):
+    for bar, value in zip(bars, values, strict=True):
         label = f"{value:,.0f}/s" + (f"\n{value / first:.1%}" if first else "") if value else "not caught up"
         axis.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                       fontsize=8)

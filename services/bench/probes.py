@@ -69,7 +69,9 @@ def record_id(key: bytes | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def sink_finders(settings: StackSettings, pipeline: PipelineConfig, sinks: tuple[SinkName, ...]) -> dict[SinkName, Finder]:
+def sink_finders(
+    settings: StackSettings, pipeline: PipelineConfig, sinks: tuple[SinkName, ...]
+) -> dict[SinkName, Finder]:
     """For each of `sinks` with a probe, a function from marker ids to the ones readable in that sink now."""
     import redis
     from deltalake import DeltaTable, QueryBuilder
@@ -92,7 +94,7 @@ def sink_finders(settings: StackSettings, pipeline: PipelineConfig, sinks: tuple
         pipe = cache.pipeline(transaction=False)
         for key in ids:
             pipe.exists(row_key(TABLE, str(key)))
-        return {key for key, exists in zip(ids, pipe.execute()) if exists}
+        return {key for key, exists in zip(ids, pipe.execute(), strict=True) if exists}
 
     def in_warehouse(ids: list[int]) -> set[int]:
         try:
@@ -188,7 +190,8 @@ class FreshnessProbe:
         with self._lock:
             markers = [m for m in self.markers.values() if since <= m.committed_at < until]
         return {
-            sink: [[round(m.committed_at, 3), round(m.seen_at[sink] - m.committed_at, 3)] for m in markers if sink in m.seen_at]
+            sink: [[round(m.committed_at, 3), round(m.seen_at[sink] - m.committed_at, 3)]
+                   for m in markers if sink in m.seen_at]
             for sink in self.finders
         }
 

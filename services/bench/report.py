@@ -28,7 +28,8 @@ def machine_table(result: dict) -> list[str]:
             or "all at the worker's or Debezium's defaults"),
         _row("load average (1 min)", f"before {result['load_before']['loadavg'][0]}, during "
              + (f"{min(during)}–{max(during)}" if during else "not sampled") + f", after {result['load_after'][0]}"),
-        _row("other busy processes seen during the run (≥ 5% of a core over 2 s)", "; ".join(sorted(others)) or "none seen"),
+        _row("other busy processes seen during the run (≥ 5% of a core over 2 s)",
+             "; ".join(sorted(others)) or "none seen"),
         _row("wall time", f"{result['wall_s']:.0f} s"),
     ]
 
@@ -57,8 +58,8 @@ def _ratio(value: float | None) -> str | None:
 
 
 def freshness_lines(data: dict) -> list[str]:
-    lines = [_row("rate asked", "achieved ops/s", "row changes/s", "sink", "markers", "p50 s", "p95 s", "p99 s", "max s",
-                  "never seen"), _row(*["---"] * 10)]
+    lines = [_row("rate asked", "achieved ops/s", "row changes/s", "sink", "markers", "p50 s", "p95 s", "p99 s",
+                  "max s", "never seen"), _row(*["---"] * 10)]
     for phase in data["phases"]:
         for sink, d in phase["delay_s"].items():
             lines.append(_row(phase["rate"], phase["load"]["achieved_rate"], phase["source_row_changes_per_s"], sink,
@@ -139,12 +140,13 @@ def components_lines(components: dict, title: str) -> list[str]:
     lines = [_row(title, "mean CPU % of a core", "peak CPU %", "peak RSS MiB"), _row(*["---"] * 4)]
     for name, c in sorted(components.items()):
         lines.append(_row(name, c["cpu_mean_percent"], c["cpu_peak_percent"], c["rss_peak_mb"]))
-    return lines + [""]
+    return [*lines, ""]
 
 
 def markdown(result: dict) -> str:
     data, scenario = result["results"], result["scenario"]
-    lines = [f"### {scenario} — {result['started_at']}", "", _row("", ""), _row("---", "---"), *machine_table(result), ""]
+    lines = [f"### {scenario} — {result['started_at']}", "", _row("", ""), _row("---", "---"),
+             *machine_table(result), ""]
     if scenario == "freshness":
         lines += freshness_lines(data)
     elif scenario == "snapshot":

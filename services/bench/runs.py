@@ -8,7 +8,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
 
 def result_dir(root: Path, scenario: str, day: datetime | None = None) -> Path:
     """bench/results/<date>-<scenario>/ (a second run the same day replaces the first)."""
-    return root / f"{(day or datetime.now(timezone.utc)):%Y-%m-%d}-{scenario}"
+    return root / f"{(day or datetime.now(UTC)):%Y-%m-%d}-{scenario}"
 
 
 def write_result(out_dir: Path, result: dict[str, Any]) -> Path:
@@ -89,7 +89,7 @@ def run_scenario(scenario, settings: StackSettings, out_dir: Path, options: dict
     settings = bench_settings(settings)
     pipeline = load(settings.pipeline_file)
     bench = Bench(settings, pipeline, options, say)
-    started_at = datetime.now(timezone.utc)
+    started_at = datetime.now(UTC)
     say("measuring the machine's load before the run")
     result: dict[str, Any] = {
         "scenario": scenario.NAME,

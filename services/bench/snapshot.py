@@ -106,7 +106,7 @@ def run(bench: Bench) -> dict:
         bench.say(f"waiting for every stage to hold its rows: {goal}")
         bench.record_others()
         try:
-            poll_until(lambda: series and all(n >= goal[c] for c, n in zip(columns, series[-1][1:])),
+            poll_until(lambda: series and all(n >= goal[c] for c, n in zip(columns, series[-1][1:], strict=True)),
                        options["timeout_s"], f"every stage to hold its rows {goal}", SAMPLE_S[capture_only])
             timed_out = None
         except BenchError as exc:  # the progress so far is still a result; verify then shows what is missing
@@ -141,7 +141,8 @@ def capture_cpu(components: dict[str, dict[str, float]], seconds: float, rows: i
     """CPU the capture stage's components used while it took the snapshot: per component and in all,
     milliseconds of CPU per 1,000 rows. Less at the mercy of other load than rows/s: on a shared
     machine a setting's effect shows here even when the wall clock is noisy."""
-    used = {name: components[name]["cpu_mean_percent"] / 100 * seconds for name in CAPTURE_SERVICES if name in components}
+    used = {name: components[name]["cpu_mean_percent"] / 100 * seconds
+            for name in CAPTURE_SERVICES if name in components}
     return {"cpu_s": {name: round(cpu, 1) for name, cpu in used.items()},
             "ms_per_1000_rows": {name: round(1e6 * cpu / rows, 1) for name, cpu in used.items()},
             "total_ms_per_1000_rows": round(1e6 * sum(used.values()) / rows, 1)}

@@ -78,7 +78,8 @@ def _step(bench: Bench, rate: float, options: dict) -> dict:
 
 def check(bench: Bench, results: dict) -> dict:
     """`tide verify`, after a catch-up wait sized by each sink's backlog at the best rate it showed."""
-    return bench.verify(rates={sink: max(step["applied_per_s"][sink] for step in results["steps"]) for sink in bench.sinks})
+    return bench.verify(rates={sink: max(step["applied_per_s"][sink] for step in results["steps"])
+                               for sink in bench.sinks})
 
 
 def summarise(steps: list[dict], ceiling: dict) -> dict:

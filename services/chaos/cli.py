@@ -48,7 +48,8 @@ def summary(report: Report) -> Table:
         "duplicate deliveries": str(report.duplicates),
         "replayed micro-batches": ", ".join(f"{r.sink} {r.batch}" for r in report.replays) or "none",
         "ledgers": ", ".join(f"{s.table} 1..{s.last}" for s in report.ledgers) or "not read",
-        "verify": ", ".join(f"pass {n}: {len(d)} divergences" for n, d in enumerate(report.verify_passes, 1)) or "not run",
+        "verify": ", ".join(f"pass {n}: {len(d)} divergences" for n, d in enumerate(report.verify_passes, 1))
+        or "not run",
     }
     for name, value in rows.items():
         table.add_row(name, value)

@@ -183,10 +183,13 @@ def stale_redelivery(target: Target, rnd: random.Random, how_many: int) -> str:
             target.injected.add((record.topic, record.partition, sent.get(timeout=30).offset))
     finally:
         producer.close()
-    return f"sent again the first change of {len(stale)} rows changed since ({', '.join(sorted({r.topic for r in stale}))})"
+    topics = ", ".join(sorted({r.topic for r in stale}))
+    return f"sent again the first change of {len(stale)} rows changed since ({topics})"
 
 
-def injector(fault: str, profile_pause_s: tuple[float, float], stale_keys: int) -> Callable[[Target, random.Random], str]:
+def injector(
+    fault: str, profile_pause_s: tuple[float, float], stale_keys: int
+) -> Callable[[Target, random.Random], str]:
     """The function that injects `fault`."""
     if fault in ("connect", "driver", "kafka", "redis", "elasticsearch"):
         return lambda target, rnd: kill_and_restart(target, fault, rnd)

@@ -64,7 +64,8 @@ def read_to_end(settings: StackSettings, topic: str, timeout_s: float = 300.0) -
             if time.monotonic() > deadline:
                 raise change_topics.TopicError(f"reading {topic} to its end made no progress for {timeout_s:.0f}s")
             for part, batch in consumer.poll(timeout_ms=500).items():
-                records += [Delivered(topic, part.partition, r.offset, r.key, r.value) for r in batch if r.offset < ends[part]]
+                records += [Delivered(topic, part.partition, r.offset, r.key, r.value)
+                            for r in batch if r.offset < ends[part]]
                 deadline = time.monotonic() + timeout_s
     except KafkaError as exc:
         raise change_topics.TopicError(f"reading {topic} from {settings.kafka_bootstrap} failed: {exc}") from exc
@@ -104,7 +105,8 @@ def key_history(records: Iterable[Delivered], doc_ids: set[str], injected: set[P
         row = row_id(list(change.key.values())) if change.op != "t" else None
         if row in doc_ids:
             mark = " (sent by the runner)" if record.position in injected else ""
-            found[row].append(f"p{record.partition}@{record.offset} {change.op} v{change.sequence} after={change.after}{mark}")
+            found[row].append(
+                f"p{record.partition}@{record.offset} {change.op} v{change.sequence} after={change.after}{mark}")
     return dict(found)
 
 

@@ -49,7 +49,7 @@ PROFILES = {
         name="full",
         writers=4,
         write_s=1800.0,
-        faults={fault: 4 for fault in FAULTS},
+        faults=dict.fromkeys(FAULTS, 4),
         snapshot_rows=1_000_000,
         # The warehouse took 100,000-row snapshot batches at 230-370 s each under this load (seed
         # 968654), and every driver kill restarts one: its 1M rows alone need about 45 minutes.

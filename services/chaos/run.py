@@ -9,6 +9,7 @@ afford to disturb.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import time
@@ -82,7 +83,8 @@ def chaos_pipeline(base: PipelineConfig, writers: int, bulk: bool, label: str) -
     ledger_views = TableConfig.model_validate({"search": {}, "cache": {}, "warehouse": {}})
     extra = [ledger.ledger_table(n) for n in range(1, writers + 1)] + (["chaos_bulk"] if bulk else [])
     tables = {
-        name: views.model_copy(update={"search": views.search and views.search.model_copy(update={"index": f"{label}_{name}"})})
+        name: views.model_copy(update={
+            "search": views.search and views.search.model_copy(update={"index": f"{label}_{name}"})})
         for name, views in {**base.tables, **dict.fromkeys(extra, ledger_views)}.items()
     }
     source = base.source.model_copy(update={
@@ -121,14 +123,16 @@ def _load_bulk(conn: psycopg.Connection, rows: int) -> None:
     held = conn.execute("SELECT count(*) FROM chaos_bulk").fetchone()[0]
     if held != rows:
         conn.execute("TRUNCATE chaos_bulk")
-        conn.execute("INSERT INTO chaos_bulk (id, payload) SELECT g, md5(g::text) FROM generate_series(1, %s) g", (rows,))
+        conn.execute("INSERT INTO chaos_bulk (id, payload) SELECT g, md5(g::text) FROM generate_series(1, %s) g",
+                     (rows,))
 
 
 def run(stack: StackSettings, profile: Profile, seed: int, work_dir: Path, say: Say = print) -> Report:
     """The whole run; the report says what happened and why it failed, if it did."""
     began = time.monotonic()
     report = Report(profile.name, seed, time.strftime("%Y-%m-%d %H:%M:%S %Z"))
-    say(f"chaos run: profile {profile.name}, seed {seed} (replay with `tide chaos --profile {profile.name} --seed {seed}`)")
+    say(f"chaos run: profile {profile.name}, seed {seed} "
+        f"(replay with `tide chaos --profile {profile.name} --seed {seed}`)")
     jobs, pipeline = prepare(stack, profile, seed, work_dir)
     watch = observe.ReplayWatch(jobs.state_dir / "checkpoints")
     target = faults.Target(stack, jobs, pipeline, watch)
@@ -207,8 +211,9 @@ def _converge(stack: StackSettings, jobs: StackSettings, pipeline: PipelineConfi
 
     def captured() -> bool:
         with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
-            row = conn.execute("SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
-                               (written, slot)).fetchone()
+            row = conn.execute(
+                "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                (written, slot)).fetchone()
         return bool(row and row[0])
 
     _wait(captured, deadline, f"slot {slot} to confirm every write (connector: {_connector_state(stack, pipeline)})")
@@ -217,7 +222,8 @@ def _converge(stack: StackSettings, jobs: StackSettings, pipeline: PipelineConfi
     caught_at: dict[str, float] = {}  # each sink's catch-up, seconds after the writers stopped
 
     def behind() -> dict[str, int]:
-        found = {sink: lag.records_behind(applied, ends[sink]) for sink, applied in lag.sink_positions(jobs, SINKS).items()}
+        found = {sink: lag.records_behind(applied, ends[sink])
+                 for sink, applied in lag.sink_positions(jobs, SINKS).items()}
         for sink in (sink for sink, records in found.items() if not records):
             caught_at.setdefault(sink, timeout_s - (deadline - time.monotonic()))
         return found
@@ -277,7 +283,5 @@ def _explain(stack: StackSettings, pipeline: PipelineConfig, divergences: list, 
 def _tear_down(stack: StackSettings, jobs: StackSettings, pipeline: PipelineConfig) -> None:
     """Stop the run's driver, remove its connector and slot (the stack itself keeps running)."""
     process.stop(runner.pid_file(jobs, driver.SERVICE))
-    try:
+    with contextlib.suppress(Exception):  # a stack broken by the run: the report already says why
         registration.delete(stack, pipeline, drop_slot=True)
-    except Exception:  # noqa: BLE001 - a stack broken by the run: the report already says why
-        pass

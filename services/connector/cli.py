@@ -41,7 +41,8 @@ def status() -> None:
     if state is None:
         table.add_row(f"connector {pipeline.source.connector}", "[red]absent[/red]", "run `tide connector apply`")
     else:
-        table.add_row(f"connector {pipeline.source.connector}", state["connector"]["state"], state["connector"]["worker_id"])
+        table.add_row(f"connector {pipeline.source.connector}", state["connector"]["state"],
+                      state["connector"]["worker_id"])
         for task in state["tasks"]:
             trace = (task.get("trace") or "").strip().splitlines()
             table.add_row(f"task {task['id']}", task["state"], trace[0][:80] if trace else "")
@@ -73,7 +74,9 @@ def restart() -> None:
 
 @connector_app.command()
 def delete(
-    drop_slot: Annotated[bool, typer.Option(help="Also drop the replication slot (next apply snapshots again).")] = False,
+    drop_slot: Annotated[
+        bool, typer.Option(help="Also drop the replication slot (next apply snapshots again).")
+    ] = False,
 ) -> None:
     """Remove the connector (topics stay)."""
     settings = load_settings()

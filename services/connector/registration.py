@@ -199,7 +199,9 @@ def delete(settings: StackSettings, pipeline: PipelineConfig, drop_slot: bool = 
     return existed
 
 
-def _wait_until(api: ConnectApi, name: str, what: str, done: Callable[[dict[str, Any] | None], bool], wait_s: float = 30.0) -> None:
+def _wait_until(
+    api: ConnectApi, name: str, what: str, done: Callable[[dict[str, Any] | None], bool], wait_s: float = 30.0
+) -> None:
     """Poll the connector's status until `done` holds for it (None once it is gone)."""
     deadline = time.monotonic() + wait_s
     while not done(api.status(name)):

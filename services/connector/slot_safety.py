@@ -11,7 +11,8 @@ from __future__ import annotations
 
 # Well below the 2GB max_slot_wal_keep_size the local stack runs with: time to act before invalidation.
 DEFAULT_LAG_WARN_BYTES = 512 * 1024 * 1024
-RESNAPSHOT = "`tide connector delete --drop-slot` then `tide connector apply` (a new slot and a new snapshot), then `tide verify`"
+RESNAPSHOT = ("`tide connector delete --drop-slot` then `tide connector apply` (a new slot and a new snapshot), "
+              "then `tide verify`")
 
 
 def lost_message(slot: str) -> str:
@@ -28,7 +29,8 @@ def gone_message(slot: str, connector: str) -> str:
 
 def unreserved_message(slot: str) -> str:
     return (f"replication slot {slot} holds more WAL than max_slot_wal_keep_size (wal_status unreserved): the next "
-            "checkpoint may invalidate it; get the connector running now (`tide connector status`, `tide connector restart`)")
+            "checkpoint may invalidate it; get the connector running now "
+            "(`tide connector status`, `tide connector restart`)")
 
 
 def lag_message(slot: str, lag_bytes: int, threshold: int) -> str:

@@ -19,6 +19,7 @@ PostgreSQL's own statistics counters, read before and after the run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -98,7 +99,8 @@ class LoadReport:
 
     def add(self, other: LoadReport) -> None:
         """Count another process's operations into this report (same run, same clock)."""
-        self.done, self.idle, self.conflicts = self.done + other.done, self.idle + other.idle, self.conflicts + other.conflicts
+        self.done, self.idle = self.done + other.done, self.idle + other.idle
+        self.conflicts += other.conflicts
         for name, count in other.by_operation.items():
             self.by_operation[name] = self.by_operation.get(name, 0) + count
         self.errors += other.errors
@@ -243,7 +245,8 @@ def _processes(conninfo: str, rate: float, duration_s: float, seed: int, workers
             child.close()
             child.wait()
     for child in children:
-        report.add(child.report or LoadReport(rate, 0, errors=[f"a load process ended without a report: {child.stderr()}"]))
+        report.add(child.report
+                   or LoadReport(rate, 0, errors=[f"a load process ended without a report: {child.stderr()}"]))
         report.seconds = max(report.seconds, child.report.seconds if child.report else 0.0)
     return report
 
@@ -288,10 +291,8 @@ class _LoadProcess:
     def close(self) -> None:
         """Stop it: it finishes the operations under way and reports."""
         if self.proc.stdin and not self.proc.stdin.closed:
-            try:
+            with contextlib.suppress(BrokenPipeError):
                 self.proc.stdin.close()
-            except BrokenPipeError:
-                pass
 
     def wait(self) -> None:
         try:

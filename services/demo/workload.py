@@ -125,7 +125,9 @@ def reprice_product(conn: psycopg.Connection, rnd: random.Random) -> str | None:
                     "reprice product")
 
 
-EDIT_DESCRIPTION = f"UPDATE products SET description = %(description)s, updated_at = now() WHERE id = {pick_sql('products')}"
+EDIT_DESCRIPTION = (
+    f"UPDATE products SET description = %(description)s, updated_at = now() WHERE id = {pick_sql('products')}"
+)
 
 
 def edit_description(conn: psycopg.Connection, rnd: random.Random) -> str | None:
@@ -249,11 +251,13 @@ MIX: list[tuple[Operation, int]] = [
 
 def step(conn: psycopg.Connection, rnd: random.Random) -> str | None:
     """Run one randomly chosen operation (its own transaction); returns its name, or None if it found nothing to do."""
-    operations, weights = zip(*MIX)
+    operations, weights = zip(*MIX, strict=True)
     return rnd.choices(operations, weights=weights)[0](conn, rnd)
 
 
-def seed(conn: psycopg.Connection, rnd: random.Random, customers: int = 20, products: int = 10, orders: int = 20) -> None:
+def seed(
+    conn: psycopg.Connection, rnd: random.Random, customers: int = 20, products: int = 10, orders: int = 20
+) -> None:
     """A small starting data set, so every operation has something to act on."""
     for _ in range(customers):
         new_customer(conn, rnd)

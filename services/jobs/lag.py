@@ -68,7 +68,8 @@ def end_offsets(settings: StackSettings, topics: list[str], bootstrap_timeout_ms
                 consumer: KafkaConsumer | None = None) -> dict[str, dict[int, int]]:
     """{topic: {partition: end offset}}; with a new consumer each call unless one is given (to poll often)."""
     own = consumer is None
-    consumer = consumer or KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, bootstrap_timeout_ms=bootstrap_timeout_ms)
+    consumer = consumer or KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
+                                         bootstrap_timeout_ms=bootstrap_timeout_ms)
     try:
         partitions = [TopicPartition(t, p) for t in topics for p in consumer.partitions_for_topic(t) or ()]
         ends = consumer.end_offsets(partitions) if partitions else {}
@@ -85,5 +86,6 @@ def records_behind(committed: dict[str, dict[int, int]], ends: dict[str, dict[in
     """Records in `ends` not yet committed. A partition already past an (earlier) end counts 0, not
     a negative number that would cancel another partition's lag."""
     return sum(
-        max(0, end - committed.get(topic, {}).get(part, 0)) for topic, parts in ends.items() for part, end in parts.items()
+        max(0, end - committed.get(topic, {}).get(part, 0))
+        for topic, parts in ends.items() for part, end in parts.items()
     )

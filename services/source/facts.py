@@ -115,7 +115,8 @@ def read(conn: psycopg.Connection, cdc_user: str, pipeline: PipelineConfig) -> S
                                   "schema": source.schema_name, "tables": list(pipeline.tables)}).fetchall()
     support = capture.support_tables(pipeline)
     found_support = conn.execute(
-        "SELECT count(*) FROM pg_tables WHERE (schemaname, tablename) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+        "SELECT count(*) FROM pg_tables "
+        "WHERE (schemaname, tablename) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
         ([s for s, _ in support], [t for _, t in support]),
     ).fetchone()[0]
     # pg_settings gives max_slot_wal_keep_size in MB (its unit) on every server that has it (13 and later).
@@ -137,5 +138,6 @@ def read(conn: psycopg.Connection, cdc_user: str, pipeline: PipelineConfig) -> S
         tables={row[0]: Table(source.schema_name, *row) for row in rows},
         support_tables_exist=found_support == len(support),
         can_create_schema=_one(conn, "SELECT has_database_privilege(current_database(), 'CREATE')"),
-        publication_exists=_one(conn, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s)", source.publication),
+        publication_exists=_one(conn, "SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = %s)",
+                                source.publication),
     )

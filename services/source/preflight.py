@@ -46,7 +46,8 @@ def server_problems(found: SourceFacts) -> list[str]:
                         f"{found.slots_used + 4}; {RESTART} (or drop an unused slot)")
     if not found.slot_active and found.senders_used >= found.max_wal_senders:  # an active slot has its sender
         problems.append(f"max_wal_senders is {found.max_wal_senders}, all {found.senders_used} in use: the connector "
-                        f"streams through one; run ALTER SYSTEM SET max_wal_senders = {found.senders_used + 4}; {RESTART}")
+                        f"streams through one; run ALTER SYSTEM SET max_wal_senders = {found.senders_used + 4}; "
+                        f"{RESTART}")
     if found.max_slot_wal_keep_mb == -1:
         problems.append("max_slot_wal_keep_size is -1 (unbounded): a stopped connector's slot would keep WAL until "
                         "the disk fills; run ALTER SYSTEM SET max_slot_wal_keep_size = '2GB'; SELECT pg_reload_conf();")
@@ -60,9 +61,9 @@ def role_problems(found: SourceFacts, cdc_user: str) -> list[str]:
         return []
     missing = "does not exist" if cdc is None else "lacks " + " and ".join(
         attribute for attribute, held in (("REPLICATION", cdc.replication), ("LOGIN", cdc.login)) if not held)
+    createrole = ", nor CREATEROLE with REPLICATION" if found.createrole_grants_replication else ""
     return [f"role {cdc_user} {missing}, and {me.name} may not grant the replication privilege (it is not a "
-            f"superuser{', nor CREATEROLE with REPLICATION' if found.createrole_grants_replication else ''}): connect as "
-            f"a role that is, or have a DBA run "
+            f"superuser{createrole}): connect as a role that is, or have a DBA run "
             f"CREATE ROLE {cdc_user} WITH LOGIN REPLICATION ... ({DBA_SQL})"]
 
 
@@ -102,8 +103,8 @@ def support_problems(found: SourceFacts, pipeline: PipelineConfig) -> list[str]:
 
 def problems(found: SourceFacts, settings: StackSettings, pipeline: PipelineConfig) -> list[str]:
     """Every problem, server first, then the role, then the tables."""
-    return [*server_problems(found), *role_problems(found, settings.cdc_user), *table_problems(found, pipeline, settings),
-            *support_problems(found, pipeline)]
+    return [*server_problems(found), *role_problems(found, settings.cdc_user),
+            *table_problems(found, pipeline, settings), *support_problems(found, pipeline)]
 
 
 def require_ready(conn: psycopg.Connection, settings: StackSettings, pipeline: PipelineConfig) -> SourceFacts:

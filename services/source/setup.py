@@ -61,7 +61,8 @@ def _publication(conn: psycopg.Connection, pipeline: PipelineConfig, found: Sour
     existed = found.publication_exists
     capture.sync_publication(conn, pipeline)
     capture.sync_replica_identity(conn, pipeline)
-    return f"publication {name} {'set to' if existed else 'created for'} {len(pipeline.tables)} table(s) and the support tables"
+    done = "set to" if existed else "created for"
+    return f"publication {name} {done} {len(pipeline.tables)} table(s) and the support tables"
 
 
 def prepare(conn: psycopg.Connection, settings: StackSettings, pipeline: PipelineConfig,

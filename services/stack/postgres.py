@@ -68,7 +68,8 @@ def _admit_own_subnets(data: Path) -> None:
     hba = data / "pg_hba.conf"
     rules = hba.read_text()
     if OWN_SUBNETS_RULE not in rules.splitlines():
-        hba.write_text(rules.rstrip("\n") + f"\n# Tideline: listening beyond loopback (services/stack/postgres.py)\n{OWN_SUBNETS_RULE}\n")
+        hba.write_text(rules.rstrip("\n")
+                       + f"\n# Tideline: listening beyond loopback (services/stack/postgres.py)\n{OWN_SUBNETS_RULE}\n")
 
 
 def _initdb(settings: StackSettings, data: Path) -> None:

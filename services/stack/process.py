@@ -7,6 +7,7 @@ pid. (Not the argv: Redis and others rewrite their process title.)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -41,10 +42,8 @@ def read_pid_file(path: Path) -> Started | None:
 
 def _reap(pid: int) -> None:
     """Collect the exit status if the process is our own child, so it does not linger as a zombie."""
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -102,7 +101,9 @@ def unprivileged_user(name: str | None) -> str | None:
     try:
         pwd.getpwnam(name)
     except KeyError:
-        raise StackError(f"user '{name}' does not exist; it is needed to run a service as non-root: run `make setup`")
+        raise StackError(
+            f"user '{name}' does not exist; it is needed to run a service as non-root: run `make setup`"
+        ) from None
     return name
 
 
@@ -211,7 +212,5 @@ def stop(pid_file: Path, timeout_s: float = 60.0) -> bool:
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass

@@ -32,7 +32,8 @@ def command(settings: StackSettings) -> list[str]:
 
 
 def probe(settings: StackSettings) -> str:
-    client = redis.Redis(host=settings.host_of("redis"), port=settings.redis_port, socket_connect_timeout=2, socket_timeout=2)
+    client = redis.Redis(host=settings.host_of("redis"), port=settings.redis_port, socket_connect_timeout=2,
+                         socket_timeout=2)
     try:
         client.ping()
         version = client.info("server")["redis_version"]

@@ -3,6 +3,7 @@ for one service in a container."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -183,7 +184,8 @@ def start_and_wait(settings: StackSettings, services: list[Service], report: Rep
         if len(healthy) < len(services):
             if time.monotonic() > deadline:
                 waiting = [s for s in services if s.name not in healthy]
-                raise StackError(f"not healthy after {settings.startup_timeout_s:.0f}s: {_why(settings, waiting, last_answer)}")
+                raise StackError(
+                    f"not healthy after {settings.startup_timeout_s:.0f}s: {_why(settings, waiting, last_answer)}")
             time.sleep(0.5)  # poll interval between health probes
 
 
@@ -252,8 +254,9 @@ def serve(settings: StackSettings, service: Service, report: Report = lambda n, 
     The same steps as `up` (jars, prepare, command, environment, user; on_ready after the first
     passing probe), but the process writes to this process's output and has no pid file: the
     container is what is started and stopped. SIGTERM and SIGINT are passed on (PostgreSQL stops
-    fast on SIGINT), and the first ends the probing. Until then the probe keeps running; `health_file` records each pass, so the container's
-    health check (docker/healthy.sh) is this probe without starting Python for every check.
+    fast on SIGINT), and the first ends the probing. Until then the probe keeps running; `health_file`
+    records each pass, so the container's health check (docker/healthy.sh) is this probe without starting
+    Python for every check.
     A probe's StackError (a permanent failure) stops the service and propagates."""
     for bundle in service.jar_bundles:
         ensure(settings, bundle)
@@ -288,10 +291,8 @@ def serve(settings: StackSettings, service: Service, report: Report = lambda n, 
                 health.write_text(detail + "\n")
             else:
                 health.unlink(missing_ok=True)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # still running: probe again
                 child.wait(timeout=SERVE_PROBE_S[healthy])
-            except subprocess.TimeoutExpired:
-                pass  # still running: probe again
     except _Stopping:
         health.unlink(missing_ok=True)
         report(service.name, "stopping")

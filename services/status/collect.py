@@ -66,7 +66,8 @@ def source_figures(settings: StackSettings, pipeline: PipelineConfig, problems: 
             reported = api.status(name)
         state = "absent" if reported is None else reported["connector"]["state"]
         tasks = tuple(
-            TaskFigures(task["id"], task["state"], _first_line(task.get("trace"))) for task in (reported or {}).get("tasks", [])
+            TaskFigures(task["id"], task["state"], _first_line(task.get("trace")))
+            for task in (reported or {}).get("tasks", [])
         )
     except ConnectError as exc:
         problems.append(str(exc))
@@ -151,7 +152,9 @@ def table_figures(
         topic=topic,
         records_behind=lag.records_behind({topic: committed}, {topic: ends}),
         dead_letters=dead_letters,
-        newest_applied_commit_ms=newest(last_commit(times.get(span, [])) for span in _applied_spans(topic, committed, ends)),
+        newest_applied_commit_ms=newest(
+            last_commit(times.get(span, [])) for span in _applied_spans(topic, committed, ends)
+        ),
         oldest_unapplied_commit_ms=oldest(
             first_commit(times.get(span, [])) for span in _unapplied_spans(topic, committed, ends)
         ),

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from services.connector.slot_safety import DEFAULT_LAG_WARN_BYTES, slot_warnings
+
 # The driver rewrites its report every few seconds; older than this, it is not running.
 REPORT_STALE_S = 30.0
 

@@ -31,8 +31,10 @@ def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamil
 
 def _sink_metrics(status: Status) -> Iterator[GaugeMetricFamily]:
     now = status.taken_at_ms
-    behind = _gauge("records_behind", "Records in the table's topic the sink's query has not committed", ["sink", "table"])
-    dead = _gauge("dead_letters", "Distinct records of the table's topic in the dead-letter topic, per sink", ["sink", "table"])
+    behind = _gauge("records_behind", "Records in the table's topic the sink's query has not committed",
+                    ["sink", "table"])
+    dead = _gauge("dead_letters", "Distinct records of the table's topic in the dead-letter topic, per sink",
+                  ["sink", "table"])
     applied = _gauge("newest_applied_age_seconds",
                      "Now minus the source commit time of the newest change the query committed", ["sink", "table"])
     unapplied = _gauge("oldest_unapplied_age_seconds",
@@ -59,8 +61,10 @@ def _sink_metrics(status: Status) -> Iterator[GaugeMetricFamily]:
 
 def _source_metrics(status: Status) -> Iterator[GaugeMetricFamily]:
     source = status.source
-    connector = _gauge("connector_state", "1 for the state Kafka Connect reports for the connector", ["connector", "state"])
-    states = CONNECTOR_STATES if source.connector_state in CONNECTOR_STATES else (*CONNECTOR_STATES, source.connector_state)
+    connector = _gauge("connector_state", "1 for the state Kafka Connect reports for the connector",
+                       ["connector", "state"])
+    states = (CONNECTOR_STATES if source.connector_state in CONNECTOR_STATES
+              else (*CONNECTOR_STATES, source.connector_state))
     for name in states:
         connector.add_metric([source.connector, name], 1.0 if source.connector_state == name else 0.0)
     tasks = _gauge("connector_tasks_running", "Tasks of the connector in state RUNNING", ["connector"])

@@ -99,7 +99,8 @@ def add(settings: StackSettings, table: str, choice: ViewChoice, say: Say) -> Pi
     say(f"publication {new.source.publication} and connector {new.source.connector} capture {table} "
         f"(topic {new.topic(table)})")
     pipeline_file.write(path, text)
-    say(f"pipeline.yaml: {table} added with {', '.join(view for view in ('search', 'cache', 'warehouse') if getattr(views, view))}")
+    added = ", ".join(view for view in ("search", "cache", "warehouse") if getattr(views, view))
+    say(f"pipeline.yaml: {table} added with {added}")
     jobs.reload(settings, new, say)
     jobs.restart_api(settings, say)
     return new

@@ -23,8 +23,8 @@ from services.db.cli import database_errors, first_line
 from services.demo import workload
 from services.jobs import driver
 from services.settings import StackSettings
-from services.stack import postgres, process, runner
 from services.source import setup as source_setup
+from services.stack import postgres, process, runner
 from services.stack.catalogue import CATALOGUE, managed
 from services.stack.runner import Report
 from services.stack.service import Service, StackError

@@ -21,14 +21,14 @@ from typing import Any
 
 import psycopg
 
+from services.api.stores import quoted
 from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.stack import postgres
-from services.api.stores import quoted
 from services.verify import derived, nested, readers
 from services.verify.aggregates import cache_figures, source_figures
-from services.verify.readers import VerifyError
 from services.verify.canonical import Canonicaliser
+from services.verify.readers import VerifyError
 from services.verify.reconcile import (
     Divergence,
     Spilled,

@@ -25,7 +25,8 @@ from spark_jobs.sinks.redis import glob_escape
 
 def figures_text(plan: AggregatePlan, figures: list[Decimal | int | str]) -> str:
     """Figures as exact decimal text at each measure's scale, one JSON object (no tabs: it is spilled)."""
-    return json.dumps({m.field: _exact(value, m.scale) for m, value in zip(plan.measures, figures)}, sort_keys=True)
+    return json.dumps({m.field: _exact(value, m.scale) for m, value in zip(plan.measures, figures, strict=True)},
+                      sort_keys=True)
 
 
 def _exact(value: Decimal | int | str, scale: int) -> str:
@@ -66,7 +67,8 @@ def oracle_query(plan: AggregatePlan, schema: str) -> sql.Composed:
             sql.Identifier(plan.join_key), sql.Identifier(plan.join_foreign_key),
         )  # fmt: skip
     group = column("row", plan.group_by)
-    return sql.SQL("SELECT {group}, {measures} FROM {schema}.{table} r{join} WHERE {group} IS NOT NULL GROUP BY 1").format(
+    query = "SELECT {group}, {measures} FROM {schema}.{table} r{join} WHERE {group} IS NOT NULL GROUP BY 1"
+    return sql.SQL(query).format(
         group=group,
         measures=sql.SQL(", ").join(measure(m) for m in plan.measures),
         schema=sql.Identifier(schema),
@@ -114,7 +116,7 @@ def _hash_figures(
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.hmget(key, [m.field for m in plan.measures])
-    for key, values in zip(keys, pipe.execute()):
+    for key, values in zip(keys, pipe.execute(), strict=True):
         if any(value is not None for value in values):  # else deleted between SCAN and HMGET
             name = key.decode()
             yield name[head : len(name) - tail], figures_text(plan, [(v or b"missing").decode() for v in values])

@@ -282,5 +282,5 @@ def row_doc_id(shape: TableShape, row: Mapping[str, Any]) -> str:
     return row_id([key_value(row[name]) for name in shape.key])
 
 
-__all__ = ["Canon", "Canonicaliser", "Column", "TableShape", "canonicaliser", "content_hash", "is_metadata", "key_value",
-           "row_doc_id"]
+__all__ = ["Canon", "Canonicaliser", "Column", "TableShape", "canonicaliser", "content_hash", "is_metadata",
+           "key_value", "row_doc_id"]

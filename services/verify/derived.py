@@ -30,7 +30,19 @@ from spark_jobs.config import WindowView, late_table
 from spark_jobs.event_windows import WindowKey, aggregate
 from spark_jobs.scd2 import intervals
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.delta.layout import COUNT_DELTA, IS_CURRENT, ROW_COUNT, SIZE, SLIDE, SOURCE_OP, START, VALID_FROM, VALID_TO, VALUE_DELTA, VALUE_SUM
+from spark_jobs.sinks.delta.layout import (
+    COUNT_DELTA,
+    IS_CURRENT,
+    ROW_COUNT,
+    SIZE,
+    SLIDE,
+    SOURCE_OP,
+    START,
+    VALID_FROM,
+    VALID_TO,
+    VALUE_DELTA,
+    VALUE_SUM,
+)
 
 Figures = dict[WindowKey, tuple[Any, int]]
 
@@ -53,7 +65,7 @@ def check_history_row(row_id: str, versions: list[dict], tally: Tally) -> None:
         tally.record("duplicate", row_id)
         return
     expected = intervals([((v[VERSION_MAJOR], v[VERSION_MINOR]), v[VALID_FROM], v[SOURCE_OP]) for v in versions])
-    if any((v[VALID_TO], v[IS_CURRENT]) != want for v, want in zip(versions, expected)):
+    if any((v[VALID_TO], v[IS_CURRENT]) != want for v, want in zip(versions, expected, strict=True)):
         tally.record("interval", row_id)
 
 
@@ -77,7 +89,8 @@ def warehouse_figures(warehouse_dir: Path, name: str) -> tuple[Figures, Figures]
 
 def _read(path: Path, value: str, count: str) -> Figures:
     window = _names([SIZE, SLIDE, START])
-    query = f'SELECT {window}, sum({quoted(value)}) AS "value", sum({quoted(count)}) AS "count" FROM t GROUP BY {window}'
+    query = (f'SELECT {window}, sum({quoted(value)}) AS "value", sum({quoted(count)}) AS "count" '
+             f"FROM t GROUP BY {window}")
     rows = readers.warehouse_query(path, query)
     return {(row[SIZE], row[SLIDE], row[START]): (row["value"], row["count"]) for row in rows}
 

@@ -18,8 +18,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import set_json_loads
 
-from services.verify.readers import PAGE, VerifyError, search_rows, source_shape
 from services.verify.canonical import Canonicaliser, TableShape, content_hash, row_doc_id
+from services.verify.readers import PAGE, VerifyError, search_rows, source_shape
 from spark_jobs.config import JoinNode, NestedView, PipelineConfig, join_nodes, node_table
 
 KEY = "__root_key__"  # the root row's key columns, beside its document, in the SQL result
@@ -105,7 +105,9 @@ def source_pairs(conn: psycopg.Connection, schema: str, view: NestedView,
     conn.commit()
 
 
-def sink_pairs(es_url: str, index: str, view: NestedView, shapes: Mapping[str, TableShape]) -> Iterator[tuple[str, str]]:
+def sink_pairs(
+    es_url: str, index: str, view: NestedView, shapes: Mapping[str, TableShape]
+) -> Iterator[tuple[str, str]]:
     """(_id, content hash) of every document in the nested index."""
     canons = {table: Canonicaliser(shape) for table, shape in shapes.items()}
     for row_id, doc in search_rows(es_url, index):

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import psycopg
 import redis
-from psycopg import sql
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from psycopg import sql
 from psycopg.adapt import Loader
 from psycopg.rows import dict_row
 from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoader
@@ -27,7 +27,6 @@ from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoade
 from services.api.stores import quoted
 from services.verify.canonical import Column, TableShape
 from spark_jobs.sinks.redis import glob_escape, row_key
-
 
 Row = dict[str, Any]
 PAGE = 5000  # rows per round trip (cursor fetch, search page)
@@ -222,7 +221,7 @@ def _hashes(client: redis.Redis, keys: list[bytes], prefix_length: int, shape: T
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.hgetall(key)
-    for key, fields in zip(keys, pipe.execute()):
+    for key, fields in zip(keys, pipe.execute(), strict=True):
         if fields:  # empty: deleted between SCAN and HGETALL
             yield key.decode("utf-8", "surrogateescape")[prefix_length:], decode_hash(fields, shape)
 
@@ -283,7 +282,7 @@ def warehouse_query(path: Path, query: str) -> Iterator[Row]:
             columns = [(name, batch.column(name).to_pylist()) for name in batch.column_names]
             for index in range(batch.num_rows):
                 yield {name: values[index] for name, values in columns}
-    except Exception as exc:  # noqa: BLE001 - DataFusion raises plain Exceptions, deltalake DeltaError/OSError
+    except Exception as exc:  # DataFusion raises plain Exceptions, deltalake DeltaError/OSError
         raise VerifyError(f"cannot read the warehouse table {path}: {str(exc)[:300]}") from exc
 
 

@@ -63,7 +63,8 @@ class Spilled:
 def spill(pairs: Iterable[tuple[str, str]], folder: Path, buckets: int) -> Spilled:
     """Write (doc_id, hash) pairs to `buckets` files under `folder` (created; must not hold a spill)."""
     folder.mkdir(parents=True, exist_ok=False)
-    files = [open(folder / str(n), "w", encoding="utf-8", errors="surrogatepass") for n in range(buckets)]
+    files = [open(folder / str(n), "w", encoding="utf-8", errors="surrogatepass")  # noqa: SIM115 - closed in the finally
+             for n in range(buckets)]
     rows = 0
     try:
         for doc_id, digest in pairs:

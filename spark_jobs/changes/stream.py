@@ -1,4 +1,5 @@
-"""Kafka records → `CHANGE` rows (the apply jobs' decoder), in the JVM: `from_json` and column expressions, no Python per row.
+"""Kafka records → `CHANGE` rows (the apply jobs' decoder), in the JVM: `from_json` and column expressions,
+no Python per row.
 
 Nothing downstream reads raw Debezium JSON. A record that cannot be read becomes a row with `error`
 set (a dead letter), never a failed batch; a tombstone (NULL value) is dropped: it only serves

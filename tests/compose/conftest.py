@@ -53,7 +53,8 @@ class ComposeStack:
         ids = self.check("ps", "-q").split()
         if not ids:
             return {}
-        found = json.loads(subprocess.run(["docker", "inspect", *ids], capture_output=True, text=True, check=True).stdout)
+        inspected = subprocess.run(["docker", "inspect", *ids], capture_output=True, text=True, check=True)
+        found = json.loads(inspected.stdout)
         return {c["Config"]["Labels"]["com.docker.compose.service"]: c["State"] for c in found}
 
     def wait_healthy(self, services: list[str] | None = None, timeout: float = HEALTHY_S) -> None:

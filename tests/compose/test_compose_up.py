@@ -31,7 +31,7 @@ pytestmark = pytest.mark.timeout(1800)
 
 
 @pytest.fixture(scope="module")
-def views(compose_stack: ComposeStack) -> "Views":
+def views(compose_stack: ComposeStack) -> Views:
     return Views(compose_stack)
 
 
@@ -107,7 +107,8 @@ def caught_up(stack: ComposeStack) -> bool:
     """Every sink's query runs and has committed the end of its topics (GET /status, from the checkpoints)."""
     status = httpx.get(f"http://127.0.0.1:{stack.settings.api_port}/status", timeout=30).json()
     sinks = {sink["sink"]: sink for sink in status["sinks"]}
-    return set(sinks) == set(SINKS) and all(s["state"] == "running" and s["records_behind"] == 0 for s in sinks.values())
+    return set(sinks) == set(SINKS) and all(s["state"] == "running" and s["records_behind"] == 0
+                                            for s in sinks.values())
 
 
 def test_the_jobs_container_replaced_under_load_resumes_from_its_checkpoints_and_verify_is_clean(
@@ -145,8 +146,10 @@ def test_the_jobs_container_replaced_under_load_resumes_from_its_checkpoints_and
     )
 
     stopped = time.monotonic()
-    wait_until(lambda: caught_up(compose_stack), CONVERGE_S, "every sink's query past the end of its topics", interval=5)
-    print(f"\ncompose e2e: {writer.done} operations; every sink caught up {time.monotonic() - stopped:.0f}s after the last")
+    wait_until(lambda: caught_up(compose_stack), CONVERGE_S, "every sink's query past the end of its topics",
+               interval=5)
+    print(f"\ncompose e2e: {writer.done} operations; "
+          f"every sink caught up {time.monotonic() - stopped:.0f}s after the last")
     verify = verified_clean(compose_stack)
     assert "views match PostgreSQL" in verify.stdout, verify.stdout
 

@@ -18,15 +18,15 @@ import yaml
 from kafka import KafkaProducer
 
 from services.demo import workload
-from services.settings import StackSettings
 from services.jobs import dlq, driver, lag
+from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from services.verify import Outcome, reconcile_views
 from spark_jobs.config import PipelineConfig
 from spark_jobs.settings import SINKS
 from tests import tide_cli
-from tests.tide_cli import TIDE  # noqa: F401 - re-exported for the e2e modules
 from tests.conftest import TEST_STACK
+from tests.tide_cli import TIDE  # noqa: F401 - re-exported for the e2e modules
 from tests.waiting import wait_until
 
 WORKLOAD_SECONDS = 60
@@ -68,7 +68,7 @@ class Workload(threading.Thread):
 
 def redis_versions(settings: StackSettings, table: str, count: int = 50) -> dict[bytes, tuple[int, int]]:
     client = redis.Redis(host=settings.host, port=settings.redis_port, db=REDIS_DB)
-    keys = [key for key in client.scan_iter(match=f"{table}:*", count=1000)][:count]
+    keys = list(client.scan_iter(match=f"{table}:*", count=1000))[:count]
     versions = {}
     for key in keys:
         major, minor = client.hmget(key, "tl_version_major", "tl_version_minor")
@@ -198,7 +198,8 @@ def redis_figures(stack: StackSettings) -> tuple[dict[str, tuple[int, Decimal]],
     for key in cache.scan_iter(match="customer:*:stats", count=1000):
         count, paid = cache.hmget(key, "order_count", "paid_total")
         stats[key.decode().split(":")[1]] = (int(count), Decimal(paid.decode()))
-    units = {member.decode(): int(score) for member, score in cache.zrange("top_products:units_sold", 0, -1, withscores=True)}
+    units = {member.decode(): int(score)
+             for member, score in cache.zrange("top_products:units_sold", 0, -1, withscores=True)}
     return stats, units
 
 

@@ -30,12 +30,20 @@ from services.jobs import driver, lag
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from services.verify import verify
-from spark_jobs.config import PipelineConfig
 from spark_jobs.changes.envelope import row_id
+from spark_jobs.config import PipelineConfig
 from spark_jobs.settings import SINKS
 from tests.capture_support import read_topic
-from tests.e2e.support import (CONVERGE_S, REDIS_DB, Workload, caught_up, converged, dead_lettered_by_every_sink,
-                               redis_versions, tide)
+from tests.e2e.support import (
+    CONVERGE_S,
+    REDIS_DB,
+    Workload,
+    caught_up,
+    converged,
+    dead_lettered_by_every_sink,
+    redis_versions,
+    tide,
+)
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
@@ -124,7 +132,8 @@ def test_deleted_row_is_not_resurrected_by_a_replayed_older_change(run, stack):
     producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap)
     replayed = producer.send(topic, key=create.key, value=create.value, partition=create.partition).get(timeout=30)
     producer.close()
-    wait_until(lambda: _all_sinks_past(jobs, pipeline, topic, create.partition, replayed.offset), 120, "every sink past the replay")
+    wait_until(lambda: _all_sinks_past(jobs, pipeline, topic, create.partition, replayed.offset), 120,
+               "every sink past the replay")
     assert _clean(jobs, pipeline, tables=["customers"])
     cache = redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB)
     assert not cache.exists(f"customers:{row_id([key])}")
@@ -232,8 +241,11 @@ def test_stopping_elasticsearch_leaves_redis_and_delta_fresh_and_search_catches_
             with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
                 key = conn.execute("INSERT INTO customers (email, name) VALUES (%s, 'while es down') RETURNING id",
                                    (f"{uuid.uuid4().hex}@esdown.test",)).fetchone()[0]
-            wait_until(lambda: cache.exists(f"customers:{key}"), 60, "Redis to apply while Elasticsearch is down")
-            wait_until(lambda: _warehouse_count(warehouse, f"id = {key}") == 1, 90, "Delta to apply while Elasticsearch is down")
+            # wait_until calls each check before the next iteration rebinds `key`
+            wait_until(lambda: cache.exists(f"customers:{key}"),  # noqa: B023
+                       60, "Redis to apply while Elasticsearch is down")
+            wait_until(lambda: _warehouse_count(warehouse, f"id = {key}") == 1,  # noqa: B023
+                       90, "Delta to apply while Elasticsearch is down")
             applied += 1
         assert applied >= 2
     finally:

@@ -33,8 +33,17 @@ from spark_jobs.event_windows import window_starts
 from spark_jobs.settings import SINKS
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 from tests.demo_catalogue import demo_catalogue
-from tests.e2e.support import (CONVERGE_S, Workload, assert_aggregates_equal_group_by, caught_up, converged, kill_9_driver,
-                               tide, tide_result, write_pipeline)
+from tests.e2e.support import (
+    CONVERGE_S,
+    Workload,
+    assert_aggregates_equal_group_by,
+    caught_up,
+    converged,
+    kill_9_driver,
+    tide,
+    tide_result,
+    write_pipeline,
+)
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
@@ -42,14 +51,16 @@ pytestmark = pytest.mark.stack
 # The columns compared per table, as text (descriptions as their md5: they are up to 22 KB).
 COMPARED = {
     "customers": {"email": "NEW.email", "name": "NEW.name", "country": "NEW.country"},
-    "products": {"sku": "NEW.sku", "name": "NEW.name", "price": "NEW.price::text", "description": "md5(NEW.description)"},
+    "products": {"sku": "NEW.sku", "name": "NEW.name", "price": "NEW.price::text",
+                 "description": "md5(NEW.description)"},
 }
 OPS = {"INSERT": "c", "UPDATE": "u", "DELETE": "d"}
 
 
 def _install_audit(conn: psycopg.Connection) -> None:
     conn.execute("DROP TABLE IF EXISTS test_history_audit")
-    conn.execute("CREATE TABLE test_history_audit (seq bigserial PRIMARY KEY, tbl text, row_id bigint, op text, image jsonb)")
+    conn.execute("CREATE TABLE test_history_audit "
+                 "(seq bigserial PRIMARY KEY, tbl text, row_id bigint, op text, image jsonb)")
     for table, columns in COMPARED.items():
         image = ", ".join(f"'{name}', {expr}" for name, expr in columns.items())
         conn.execute(f"""
@@ -172,7 +183,8 @@ def test_every_derived_view_converges_and_history_holds_each_version_once_throug
             tail = versions[len(versions) - len(expected):] if expected else []
             assert [_as_audited(v, table) for v in tail] == expected, f"{table} {row_id}: versions differ"
             earlier = versions[: len(versions) - len(expected)]
-            assert all(v["valid_from"] <= installed_at for v in earlier), f"{table} {row_id}: an unaudited later version"
+            assert all(v["valid_from"] <= installed_at for v in earlier), \
+                f"{table} {row_id}: an unaudited later version"
     with TestClient(create_app(jobs, pipeline)) as api:  # the API reads what Spark wrote, as it reads any table
         for name in (history_table("customers"), "order_revenue"):
             served = api.get(f"/warehouse/{name}", params={"limit": 1}).json()
@@ -203,7 +215,8 @@ def test_late_orders_are_recorded_apart_and_on_time_orders_move_their_window(run
     late_at = now - timedelta(minutes=15)
     late_windows = {(w.size_seconds, w.slide, s) for w in view.windows for s in window_starts(late_at, w)}
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
-        late_id = conn.execute("INSERT INTO orders (customer_id, status, total, created_at) VALUES (%s, 'paid', 123.45, %s) "
+        late_id = conn.execute("INSERT INTO orders (customer_id, status, total, created_at) "
+                               "VALUES (%s, 'paid', 123.45, %s) "
                                "RETURNING id", (customer, late_at)).fetchone()[0]
 
     def recorded():
@@ -215,7 +228,8 @@ def test_late_orders_are_recorded_apart_and_on_time_orders_move_their_window(run
         == late_windows, "one record per closed window the late order falls in"
     assert all(r["value_delta"] == Decimal("123.45") and r["count_delta"] == 1 for r in records)
     assert "window closed" in records[0]["reason"]
-    assert {k: after.get(k) for k in late_windows} == {k: before.get(k) for k in late_windows}, "closed windows keep their figures"
+    assert {k: after.get(k) for k in late_windows} == {k: before.get(k) for k in late_windows}, \
+        "closed windows keep their figures"
     converged(jobs, pipeline, tables=["orders"])  # verify: figures + late deltas = SQL over the orders now
     for label, windows in (("late order", sorted(late_windows)), ("on-time order", [on_time_minute])):
         for key in windows:  # the figures docs/sinks/delta.md shows
@@ -267,8 +281,8 @@ def test_a_window_on_an_unknown_column_stops_tide_jobs_start_with_one_line(stack
 
 def test_postgresqls_catalogue_agrees_with_the_models_on_every_captured_table(stack):
     """The jobs type every view from PostgreSQL's catalogue (spark_jobs/catalogue.py), the unit tests from
-    migrations/models.py (tests/demo_catalogue.py): both must describe the captured tables' modelled columns alike (kinds,
-    scales, enum labels) and their primary keys."""
+    migrations/models.py (tests/demo_catalogue.py): both must describe the captured tables' modelled columns
+    alike (kinds, scales, enum labels) and their primary keys."""
     migrations.upgrade(stack)
     pipeline = load(stack.pipeline_file)
     with psycopg.connect(postgres.conninfo(stack)) as conn:

@@ -85,9 +85,11 @@ class Writer(threading.Thread):
     def _accounts(self, conn: psycopg.Connection) -> None:
         rnd, choice = self.rnd, self.rnd.random()
         if choice < 0.4:
-            conn.execute("INSERT INTO accounts (name, notes, balance, mood, tags, profile) VALUES (%s, %s, %s, %s, %s, %s)",
+            conn.execute("INSERT INTO accounts (name, notes, balance, mood, tags, profile) "
+                         "VALUES (%s, %s, %s, %s, %s, %s)",
                          (f"account {rnd.randrange(10**6)}", _toasted_text(rnd), f"{rnd.uniform(-1e6, 1e6):.4f}",
-                          rnd.choice(["calm", "busy", "away"]), [f"t{rnd.randrange(9)}" for _ in range(rnd.randrange(4))],
+                          rnd.choice(["calm", "busy", "away"]),
+                          [f"t{rnd.randrange(9)}" for _ in range(rnd.randrange(4))],
                           json.dumps({"level": rnd.randrange(5), "ok": rnd.random() < 0.5})))
         elif (account := self._some_account(conn)) is None:
             return
@@ -104,7 +106,8 @@ class Writer(threading.Thread):
             return
         team, choice = self.rnd.choice(TEAMS), self.rnd.random()
         if choice < 0.6:
-            conn.execute("INSERT INTO memberships VALUES (%s, %s, %s, current_date - %s) ON CONFLICT (account_id, team) "
+            conn.execute("INSERT INTO memberships VALUES (%s, %s, %s, current_date - %s) "
+                         "ON CONFLICT (account_id, team) "
                          "DO UPDATE SET role = EXCLUDED.role", (account, team, self.rnd.choice(["lead", "member"]),
                                                                 self.rnd.randrange(900)))
         else:

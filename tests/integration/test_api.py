@@ -115,7 +115,8 @@ def world(services: StackSettings, spark, tmp_path_factory: pytest.TempPathFacto
         "SELECT CAST(id AS BIGINT) AS id, name, source_op, "
         "arrow_cast(valid_from, 'Timestamp(Microsecond, Some(\"UTC\"))') AS valid_from, is_current, "
         "CAST(v AS BIGINT) AS tl_version_major, CAST(v AS BIGINT) AS tl_version_minor "
-        "FROM (VALUES (2, 'Zed', 'c', '2026-01-01T09:00:00Z', false, 10), (1, 'Ada', 'u', '2026-01-02T09:00:00Z', true, 30), "
+        "FROM (VALUES (2, 'Zed', 'c', '2026-01-01T09:00:00Z', false, 10), "
+        "(1, 'Ada', 'u', '2026-01-02T09:00:00Z', true, 30), "
         "(2, 'Amy', 'u', '2026-01-03T09:00:00Z', true, 40), (1, 'Zoe', 'c', '2026-01-01T08:00:00Z', false, 20)) "
         "AS h(id, name, source_op, valid_from, is_current, v)"))
     DeltaTable(str(history)).alter.set_table_properties({KEYS_PROPERTY: "id"}, raise_if_not_exists=False)

@@ -170,7 +170,8 @@ class Sinks:
 
     def write(self, rows: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
         """Each sink's rejections: {sink: {row id: reason}}."""
-        rejected = {name: apply(sink, self.spark, rows, self.catalogue, self.batches) for name, sink in self.sinks.items()}
+        rejected = {name: apply(sink, self.spark, rows, self.catalogue, self.batches)
+                    for name, sink in self.sinks.items()}
         self.batches += 1
         return {name: {rows[position]["row_id"]: reason for position, reason in found.items()}
                 for name, found in rejected.items()}
@@ -216,8 +217,8 @@ def test_each_odd_value_is_decoded_to_its_exact_text(captured):
     }, "times before 1970 as exact ISO text, a zone only where PostgreSQL's type has one"
     assert {column: new[column] for column in ROWS["times-new"]} == {
         "at_local": "2024-02-29T23:59:59.5", "born": "2024-02-29", "at_time": "00:00:00"}
-    assert [{c: decoded[key]["after"][c] for c in values} for key, values in INFINITE.items()] == list(INFINITE.values()), \
-        "infinite times as PostgreSQL's words"
+    assert ([{c: decoded[key]["after"][c] for c in values} for key, values in INFINITE.items()]
+            == list(INFINITE.values())), "infinite times as PostgreSQL's words"
     assert decoded["enum-later"]["after"]["mood"] == "added-later"
     nulls = decoded["nulls"]["after"]
     assert set(nulls) == set(COLUMNS) and {v for k, v in nulls.items() if k != "id"} == {None}

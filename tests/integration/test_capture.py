@@ -92,7 +92,8 @@ class Writer(threading.Thread):
         elif roll < 0.9 and (deletable := [k for k in live if k not in self.undeletable]):
             key = self.random.choice(deletable)
             deleted = conn.execute(
-                "DELETE FROM customers c WHERE id = %s AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id)",
+                "DELETE FROM customers c "
+                "WHERE id = %s AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.customer_id = c.id)",
                 (key,),
             ).rowcount
             if deleted:
@@ -143,7 +144,7 @@ def capture(stack: StackSettings):
                 (f"{marker}-{i}", f"product {i}", json.dumps({"seed": i, "nested": {"ok": True}})),
             )
     writer = Writer(stack, marker, history, seed=7)
-    writer.versions.update({key: 0 for key in history.states})
+    writer.versions.update(dict.fromkeys(history.states, 0))
     writer.undeletable |= seed_keys
     writer.start()
     try:
@@ -219,7 +220,7 @@ def test_snapshot_and_stream_meet_exactly_for_every_key(capture):
     settings, pipeline, marker, history = capture.settings, capture.pipeline, capture.marker, capture.history
     wait_until(lambda: _topics_match_postgres(settings, pipeline, marker), 90, "topics to equal PostgreSQL")
     events: dict[int, list[tuple[str, str | None]]] = {}
-    for record, change in changes(settings, pipeline.topic("customers")):
+    for _record, change in changes(settings, pipeline.topic("customers")):
         if change is None:
             continue
         key = change.key["id"]
@@ -241,7 +242,8 @@ def test_snapshot_and_stream_meet_exactly_for_every_key(capture):
 def test_update_leaving_toasted_column_unchanged_is_captured_with_the_placeholder(capture):
     settings, pipeline, marker = capture.settings, capture.pipeline, capture.marker
     with psycopg.connect(postgres.conninfo(settings), autocommit=True) as conn:
-        key = conn.execute("UPDATE products SET price = 11.11 WHERE sku = %s RETURNING id", (f"{marker}-0",)).fetchone()[0]
+        key = conn.execute("UPDATE products SET price = 11.11 WHERE sku = %s RETURNING id",
+                           (f"{marker}-0",)).fetchone()[0]
 
     def the_update():
         for record, change in changes(settings, pipeline.topic("products")):
@@ -341,7 +343,8 @@ def test_kill_9_of_connect_mid_burst_loses_no_committed_change(capture):
         with ConnectApi(kafka.connect_url(settings)) as api:
             state = api.status(pipeline.source.connector)
         raise AssertionError(f"{exc}: {len(missing)} missing, ids {min(missing)}..{max(missing)}, the first at "
-                             f"commit #{first} of {len(committed)} (killed at #{killed_at}); connector: {state}") from None
+                             f"commit #{first} of {len(committed)} (killed at #{killed_at}); "
+                             f"connector: {state}") from None
 
 
 def test_truncate_is_captured_as_a_keyed_table_event(capture):
@@ -465,7 +468,8 @@ def test_change_topics_are_created_compacted_before_any_record_and_only_once(sta
     assert registration.create_change_topics(stack, pipeline) == []
     admin = KafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
     try:
-        partitions = {t["name"] if "name" in t else t["topic"]: len(t["partitions"]) for t in admin.describe_topics(topics)}
+        partitions = {t["name"] if "name" in t else t["topic"]: len(t["partitions"])
+                      for t in admin.describe_topics(topics)}
         assert partitions == dict.fromkeys(topics, pipeline.source.partitions)
         configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics])
         policies = {name: str(values.get("cleanup.policy")) for name, values in next(iter(configs.values())).items()}

@@ -110,7 +110,8 @@ def test_head_creates_the_demo_schema(db: psycopg.Connection):
         "SELECT indexname FROM pg_indexes WHERE tablename = ANY(%s) AND indexname LIKE '%%_idx'", (sorted(DEMO_TABLES),)
     ).fetchall()
     # 0004: a foreign key's referencing column is not indexed by PostgreSQL itself
-    assert {name for (name,) in indexes} == {"orders_customer_id_idx", "order_items_product_id_idx", "orders_status_id_idx"}
+    assert {name for (name,) in indexes} == {"orders_customer_id_idx", "order_items_product_id_idx",
+                                             "orders_status_id_idx"}
 
 
 def test_models_match_the_migrations(db: psycopg.Connection, pg: StackSettings):
@@ -281,7 +282,8 @@ def test_replica_identity_follows_pipeline_yaml(db: psycopg.Connection, pg: Stac
     default = load()
     tables = {name: views.model_dump() for name, views in default.tables.items()}
     tables["products"]["replica_identity"] = "full"
-    full_products = PipelineConfig.model_validate({"source": default.source.model_dump(by_alias=True), "tables": tables})
+    full_products = PipelineConfig.model_validate({"source": default.source.model_dump(by_alias=True),
+                                                   "tables": tables})
     try:
         with psycopg.connect(postgres.conninfo(pg)) as conn:
             capture.sync_replica_identity(conn, full_products)

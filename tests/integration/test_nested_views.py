@@ -61,14 +61,16 @@ class Clock:
     def change(self, table: str, key: dict, after: dict | None = None, op: str = "u") -> dict:
         self.lsn += 1
         text = {name: None if value is None else str(value) for name, value in key.items()}
-        row = None if op in ("d", "t") else {**text, **{k: None if v is None else str(v) for k, v in (after or {}).items()}}
+        row = None if op in ("d", "t") else {
+            **text, **{k: None if v is None else str(v) for k, v in (after or {}).items()}}
         return change((self.lsn, self.lsn), op=op, table=table, key=text or 1, after=row)
 
 
 def writes(es: Elasticsearch, view: str) -> int:
     """Documents written into or deleted from the view's index so far (Elasticsearch's own counts)."""
     stats = es.indices.stats(index=view, metric="indexing")["indices"]
-    return sum(i["primaries"]["indexing"]["index_total"] + i["primaries"]["indexing"]["delete_total"] for i in stats.values())
+    return sum(i["primaries"]["indexing"]["index_total"] + i["primaries"]["indexing"]["delete_total"]
+               for i in stats.values())
 
 
 def batch(world, changes: list[dict]) -> int:
@@ -117,7 +119,8 @@ def test_rows_arriving_in_any_order_end_in_the_joined_document_and_a_replay_writ
     assert doc(es, view, 7) == {
         "id": 7, "status": "paid", "total": "9.50", "created_at": None, "updated_at": None,
         "customer": {"id": 3, "name": "ann", "email": "ann@x", "country": "NL"},
-        "items": [{"line_no": 1, "quantity": 1, "unit_price": "1.00", "product": {"id": 5, "name": "mug", "sku": "S5"}}],
+        "items": [{"line_no": 1, "quantity": 1, "unit_price": "1.00",
+                   "product": {"id": 5, "name": "mug", "sku": "S5"}}],
         REFS: ["customers:3", "order_items:[7,1]", "orders:7", "products:5"],
     }
     for replayed in ([first_item], [the_order], late):
@@ -134,7 +137,8 @@ def test_a_rename_rewrites_exactly_the_documents_that_hold_the_row(world):
     assert batch(world, [customer(clock, 1, "a2")]) == 3
     assert batch(world, [product(clock, 5, "mug2")]) == 2
     assert [doc(es, view, n)["customer"]["name"] for n in range(1, 6)] == ["a2", "a2", "a2", "b", "b"]
-    assert [doc(es, view, n)["items"][0]["product"]["name"] for n in range(1, 6)] == ["cup", "mug2", "cup", "mug2", "cup"]
+    assert ([doc(es, view, n)["items"][0]["product"]["name"] for n in range(1, 6)]
+            == ["cup", "mug2", "cup", "mug2", "cup"])
     # A change that does not show in the view (price is not a field) rewrites nothing.
     assert batch(world, [clock.change("products", {"id": 6}, {"name": "cup", "sku": "S6", "price": "2.00"})]) == 0
 

@@ -43,7 +43,8 @@ def _topic(prefix: str) -> str:
 def test_kafka_topic_create_produce_consume_round_trip(stack: StackSettings):
     topic = _topic("roundtrip")
     admin = KafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
-    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1, topic_configs={"cleanup.policy": "compact"})])
+    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1,
+                                  topic_configs={"cleanup.policy": "compact"})])
     admin.close()
 
     producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap)

@@ -88,7 +88,8 @@ def product(version, key=1, op="u", unavailable=(), **values: Any) -> dict:
     after = None
     if op != "d":
         after = {"id": str(key), "name": f"v{version}", "description": f"text {version}", "price": "1.00",
-                 "tags": '["a"]', "attributes": json.dumps({"v": list(version)}), "updated_at": "2026-03-29T01:30:15.123456Z",
+                 "tags": '["a"]', "attributes": json.dumps({"v": list(version)}),
+                 "updated_at": "2026-03-29T01:30:15.123456Z",
                  **values}
         after = {column: value for column, value in after.items() if column not in unavailable}
     return change(version, op, "products", key, after, tuple(unavailable))
@@ -111,10 +112,12 @@ def truncate(version, table="order_items") -> dict:
 def test_real_records_insert_update_delete_truncate_with_exact_types(spark, sink):
     def records(*names: str):
         found = [RECORDS[n] for n in names]
-        kafka = [(r["topic"], 0, offset, r["key"].encode() if r["key"] else None, r["value"].encode() if r["value"] else None)
+        kafka = [(r["topic"], 0, offset, r["key"].encode() if r["key"] else None,
+                  r["value"].encode() if r["value"] else None)
                  for offset, r in enumerate(found)]
-        decoded = decode_stream(spark.createDataFrame(kafka, "topic string, partition int, offset long, key binary, value binary"),
-                                WAREHOUSE_TABLES)
+        decoded = decode_stream(
+            spark.createDataFrame(kafka, "topic string, partition int, offset long, key binary, value binary"),
+            WAREHOUSE_TABLES)
         return Batch(0, spark, newest_per_row(decoded), decoded, CATALOGUE)
 
     def applied(written: Batch) -> list:
@@ -122,7 +125,8 @@ def test_real_records_insert_update_delete_truncate_with_exact_types(spark, sink
         return [] if rejected is None else rejected.collect()
 
     assert applied(records("customers_snapshot", "orders_update", "products_insert")) == []
-    value = {name: json.loads(RECORDS[name]["value"]) for name in ("customers_snapshot", "orders_update", "products_insert")}
+    value = {name: json.loads(RECORDS[name]["value"])
+             for name in ("customers_snapshot", "orders_update", "products_insert")}
     inserted = value["products_insert"]["after"]
     product_row = rows(spark, sink, "products", "unix_micros(updated_at) AS updated_us")[inserted["id"]]
     assert product_row["price"] == Decimal("12.50") and str(product_row["price"]) == "12.50"
@@ -176,7 +180,8 @@ def test_a_value_that_cannot_be_stored_is_rejected_with_the_reason_and_the_rest_
     too_big = product((1, 2), key=2, price="12345678901.00")
     found = write(spark, sink, [rounded, too_big, product((1, 3), key=3, price="2.50")])
     assert sorted(r["error"] for r in found) == [
-        "products.price: cannot store 12.345 as decimal(12,2)", "products.price: cannot store 12345678901.00 as decimal(12,2)"]
+        "products.price: cannot store 12.345 as decimal(12,2)",
+        "products.price: cannot store 12345678901.00 as decimal(12,2)"]
     assert {r["origin"]["offset"] for r in found} == {0}
     assert set(rows(spark, sink, "products")) == {3} and rows(spark, sink, "products")[3]["price"] == Decimal("2.50")
 
@@ -250,7 +255,8 @@ def test_composite_key_rows_are_merged_per_key(spark, sink):
 def test_a_column_added_at_the_source_appears_without_a_restart_and_older_rows_read_null(spark, sink):
     write(spark, sink, [product((1, 1), key=1)], 0)
     products = CATALOGUE["products"]
-    altered = {**CATALOGUE, "products": TableSchema({**products.columns, "color": Column("color", "TEXT")}, products.primary_key)}
+    altered = {**CATALOGUE,
+               "products": TableSchema({**products.columns, "color": Column("color", "TEXT")}, products.primary_key)}
     write(spark, sink, [product((2, 1), key=2, color="blue")], 1, altered)
     found = rows(spark, sink, "products")
     assert found[2]["color"] == "blue" and found[1]["color"] is None
@@ -261,7 +267,8 @@ def test_incompatible_type_change_is_rejected_and_the_rest_applies_while_widenin
     items = CATALOGUE["order_items"]
 
     def retyped(kind: str) -> Catalogue:
-        return {**CATALOGUE, "order_items": TableSchema({**items.columns, "quantity": Column("quantity", kind)}, items.primary_key)}
+        return {**CATALOGUE, "order_items": TableSchema({**items.columns, "quantity": Column("quantity", kind)},
+                                                        items.primary_key)}
 
     assert write(spark, sink, [item((2, 2), 1, 2, quantity=str(2**40))], 1, retyped("INT8")) == []
     # Once the source column is text, every change carries text for it: each upsert is refused, a delete applies.
@@ -269,7 +276,8 @@ def test_incompatible_type_change_is_rejected_and_the_rest_applies_while_widenin
     found = write(spark, sink, changes, 2, retyped("TEXT"))
     assert sorted(r["row_id"] for r in found) == ["[1,1]", "[2,1]"]
     reason = found[0]["error"]
-    assert reason == ("order_items.quantity: the warehouse column is bigint but the change has string (PostgreSQL TEXT), "
+    assert reason == ("order_items.quantity: the warehouse column is bigint but the change has string "
+                      "(PostgreSQL TEXT), "
                       "an incompatible type change"), reason
     stored = rows(spark, sink, "order_items")
     assert stored == {(1, 1): stored[(1, 1)]} and stored[(1, 1)]["quantity"] == 1
@@ -289,7 +297,8 @@ def test_batches_of_other_rows_compile_no_code(spark, sink):
         first = major * 10  # keys no earlier batch had
         return [product((major, 1), key=first + 1), product((major, 2), key=first + 2, op="d"),
                 item((major, 3), first + 7, 1), order((major, 4), first + 5, "9.50", datetime(2026, 3, 1, tzinfo=UTC)),
-                change((major, 5), "u", "customers", first + 3, {"id": str(first + 3), "email": "c@example.com", "name": "C"})]
+                change((major, 5), "u", "customers", first + 3,
+                       {"id": str(first + 3), "email": "c@example.com", "name": "C"})]
 
     compiled = []
     for major in (1, 2, 3):
@@ -359,9 +368,11 @@ def test_a_primary_key_move_of_a_row_changed_in_the_same_batch_takes_that_change
 MINUTE = timedelta(minutes=1)
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 DERIVED = PipelineConfig(
-    tables={"products": TableConfig(warehouse=WarehouseView(history=True)), "orders": TableConfig(warehouse=WarehouseView())},
+    tables={"products": TableConfig(warehouse=WarehouseView(history=True)),
+            "orders": TableConfig(warehouse=WarehouseView())},
     windows={"revenue": WindowView(table="orders", time_column="created_at", value_column="total",
-                                   windows=[WindowSpec(size_seconds=60), WindowSpec(size_seconds=180, slide_seconds=60)],
+                                   windows=[WindowSpec(size_seconds=60),
+                                            WindowSpec(size_seconds=180, slide_seconds=60)],
                                    allowed_lateness_seconds=60)},
 )
 
@@ -431,7 +442,8 @@ def test_a_run_of_unchanged_toast_versions_takes_the_value_from_the_last_version
 
 def order(version, key, total, created: datetime | None, op="u") -> dict:
     after = None if op == "d" else {"id": str(key), "total": total,
-                                    "created_at": None if created is None else created.isoformat().replace("+00:00", "Z")}
+                                    "created_at": None if created is None
+                                    else created.isoformat().replace("+00:00", "Z")}
     return change(version, op, "orders", key, after)
 
 
@@ -459,7 +471,8 @@ def figures_with_late_deltas(spark, sink: AnalyticsSink) -> dict:
     """Each window's figures plus its recorded late deltas (what `tide verify` compares), windows that
     cancel to nothing left out."""
     figures, deltas = window_figures(spark, sink), late_deltas(spark, sink)
-    combined = {key: tuple(a + b for a, b in zip(figures.get(key, (0, 0)), deltas.get(key, (0, 0)))) for key in figures | deltas}
+    combined = {key: tuple(a + b for a, b in zip(figures.get(key, (0, 0)), deltas.get(key, (0, 0)), strict=True))
+                for key in figures | deltas}
     return {key: value for key, value in combined.items() if value != (0, 0)}
 
 

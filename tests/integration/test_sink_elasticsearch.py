@@ -138,7 +138,8 @@ def test_a_deleted_row_is_not_resurrected_by_a_late_older_change(sink, es, spark
 def test_an_unchanged_toast_column_keeps_the_stored_value(sink, es, spark):
     long_text = "kept " * 5000
     apply(sink, spark, [product((1, 1), key=2, description=long_text, name="before")])
-    update = change((2, 0), key=2, after={"id": "2", "name": "Toast mug", "price": "6.00"}, unavailable=("description",))
+    update = change((2, 0), key=2, after={"id": "2", "name": "Toast mug", "price": "6.00"},
+                    unavailable=("description",))
     assert apply(sink, spark, [update]) == {}
     doc = source(es, sink.alias("products"), "2")
     assert doc["description"] == long_text and doc["name"] == "Toast mug" and doc["price"] == "6.00"
@@ -213,7 +214,8 @@ def test_incompatible_changes_are_rejected_and_the_rest_is_applied(sink, es, spa
     # A quoted column name with a dot collides with the keyword field sku: it cannot be mapped.
     bad_column = product((2, 2), key=3, **{"sku.code": "x"})
     rejected = apply(sink, spark, [bad_value, bad_column, product((2, 3), key=4, name="fine"),
-                                   product((2, 4), key=1, op="d")], with_columns(**{"sku.code": Column("sku.code", "TEXT")}))
+                                   product((2, 4), key=1, op="d")],
+                     with_columns(**{"sku.code": Column("sku.code", "TEXT")}))
     assert set(rejected) == {0, 1}
     assert "document_parsing_exception" in rejected[0] and "mapping conflict on sku.code" in rejected[1]
     assert source(es, alias, "4")["name"] == "fine"
@@ -274,7 +276,8 @@ def test_concurrent_writers_of_the_same_rows_converge_on_the_newest_version(sink
         if newest["op"] == "d":
             assert doc is None
         else:
-            assert doc is not None and (doc[VERSION_MAJOR], doc["name"]) == (newest["version"]["major"], newest["after"]["name"])
+            assert doc is not None
+            assert (doc[VERSION_MAJOR], doc["name"]) == (newest["version"]["major"], newest["after"]["name"])
 
 
 def test_a_truncate_racing_with_writers_leaves_nothing_below_it(sink, es, spark):
@@ -287,7 +290,8 @@ def test_a_truncate_racing_with_writers_leaves_nothing_below_it(sink, es, spark)
         for batch in range(6):
             if batch == 2:
                 started.set()  # the truncate lands while rows are still being written
-            apply(sink, spark, [product((rnd.randint(1, 999), 0), key=seed * 10_000 + batch * 10 + i) for i in range(10)])
+            apply(sink, spark,
+                  [product((rnd.randint(1, 999), 0), key=seed * 10_000 + batch * 10 + i) for i in range(10)])
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         writers = [pool.submit(writer, seed) for seed in (1, 2)]

@@ -14,8 +14,8 @@ import redis
 
 from services.settings import StackSettings
 from spark_jobs import config
-from spark_jobs.catalogue import Column
 from spark_jobs.aggregates import AggregateConfigError
+from spark_jobs.catalogue import Column
 from spark_jobs.config import CacheView, PipelineConfig, SearchView, TableConfig
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.redis import ENCODING, RedisSink, decode_row, read_types
@@ -116,7 +116,8 @@ def test_delete_arriving_before_the_insert_it_follows(sink, client, prefix, spar
 
 def test_unchanged_toast_update_keeps_the_stored_description(sink, client, prefix, spark):
     apply(sink, spark, [change((5, 0), key=2, after={"id": "2", "name": "mug", "description": "kept " * 5000})])
-    update = change((6, 3), key=2, after={"id": "2", "name": "Toast mug", "price": "6.00"}, unavailable=("description",))
+    update = change((6, 3), key=2, after={"id": "2", "name": "Toast mug", "price": "6.00"},
+                    unavailable=("description",))
     assert apply(sink, spark, [update]) == {}
     raw = client.hgetall(f"{prefix}products:2")
     assert raw[b"description"].decode() == "kept " * 5000
@@ -187,9 +188,11 @@ def test_truncate_removes_older_rows_and_keeps_newer_ones(sink, client, prefix, 
 def test_a_new_column_appears_with_its_type_and_a_dropped_one_goes(sink, client, prefix, spark):
     catalogue = demo_catalogue()
     customers = catalogue["customers"]
-    grown = {**catalogue, "customers": replace(customers, columns={**customers.columns, "loyalty_tier": Column("loyalty_tier", "INT4")})}
+    grown = {**catalogue, "customers": replace(
+        customers, columns={**customers.columns, "loyalty_tier": Column("loyalty_tier", "INT4")})}
     apply(sink, spark, [change((5, 0), table="customers", after={"id": "1", "name": "Ada", "fax": "123"})])
-    apply(sink, spark, [change((6, 0), table="customers", after={"id": "1", "name": "Ada", "loyalty_tier": "3"})], grown)
+    apply(sink, spark, [change((6, 0), table="customers", after={"id": "1", "name": "Ada", "loyalty_tier": "3"})],
+          grown)
     row = stored(client, f"{prefix}customers:1", "customers", prefix)
     assert row["loyalty_tier"] == 3 and "fax" not in row
 
@@ -204,7 +207,8 @@ def test_composite_key(sink, client, prefix, spark):
 
 
 def test_tables_without_a_cache_view_are_ignored(url, client, prefix, spark):
-    pipeline = PipelineConfig(tables={"customers": TableConfig(cache=CacheView()), "audit": TableConfig(search=SearchView())})
+    pipeline = PipelineConfig(tables={"customers": TableConfig(cache=CacheView()),
+                                      "audit": TableConfig(search=SearchView())})
     sink = RedisSink(url, pipeline, key_prefix=prefix)
     sink.setup(spark, demo_catalogue())
     assert apply(sink, spark, [change((5, 0), table="audit"), change((5, 0), table="audit", op="t")]) == {}
@@ -233,7 +237,7 @@ def test_concurrent_writers_of_the_same_keys_end_at_the_max_version(sink, client
             pipe = client.pipeline(transaction=False)
             for k in keys:
                 pipe.hget(f"{prefix}products:{k}", VERSION_MAJOR)
-            behind = [k for k, v in zip(keys, pipe.execute()) if v != str(2 * finished[0]).encode()]
+            behind = [k for k, v in zip(keys, pipe.execute(), strict=True) if v != str(2 * finished[0]).encode()]
             if behind:
                 wrong.append((2 * finished[0], len(behind)))
         finished[0] += 1
@@ -244,7 +248,8 @@ def test_concurrent_writers_of_the_same_keys_end_at_the_max_version(sink, client
         try:
             for r in range(1, rounds + 1):
                 v = 2 * r - offset
-                batch = [change((v, 0), op=op, key=k, after=None if op == "d" else {"id": str(k), "v": str(v)}) for k in keys]
+                batch = [change((v, 0), op=op, key=k, after=None if op == "d" else {"id": str(k), "v": str(v)})
+                         for k in keys]
                 barrier.wait()
                 assert apply(sink, spark, batch) == {}
             barrier.wait()
@@ -283,7 +288,7 @@ def test_setup_is_idempotent_and_records_the_encoding(sink, client, prefix, spar
 def test_connection_errors_fail_the_batch_so_it_is_retried(sink, spark):
     sink.url = "redis://127.0.0.1:1/0"  # nothing listens there
     assert not sink.available()
-    with pytest.raises(Exception, match="(?i)connect"):
+    with pytest.raises(Exception, match=r"(?i)connect"):
         apply(sink, spark, [change((5, 0))])
 
 
@@ -350,7 +355,9 @@ def history(rnd: random.Random, steps: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_aggregates_equal_group_by_whatever_the_order_and_however_often_changes_arrive(sink, client, prefix, spark, seed):
+def test_aggregates_equal_group_by_whatever_the_order_and_however_often_changes_arrive(
+    sink, client, prefix, spark, seed
+):
     rnd = random.Random(seed)
     changes = history(rnd, 120)
     # Out of order across and within tables, every change delivered twice, in uneven batches:

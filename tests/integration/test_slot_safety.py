@@ -85,7 +85,8 @@ def _invalidate(stack: StackSettings, slot: str) -> None:
             _set_keep_size(conn, LOWERED_KEEP)
             # The checkpointer takes the lowered cap at its own reload, not this session's: a checkpoint
             # that ran before that (or one already running) keeps the slot. Checkpoint until one drops it.
-            wait_until(lambda: _checkpoint_lost(conn, slot), 60, "a checkpoint under the lowered cap to invalidate the slot",
+            wait_until(lambda: _checkpoint_lost(conn, slot), 60,
+                       "a checkpoint under the lowered cap to invalidate the slot",
                        interval=1)
         finally:
             _set_keep_size(conn, stack.postgres_max_slot_wal_keep_size)
@@ -93,7 +94,8 @@ def _invalidate(stack: StackSettings, slot: str) -> None:
 
 def _checkpoint_lost(conn: psycopg.Connection, slot: str) -> bool:
     conn.execute("CHECKPOINT")
-    return conn.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()[0] == "lost"
+    found = conn.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    return found[0] == "lost"
 
 
 def _insert_product(stack: StackSettings, name: str) -> int:
@@ -150,5 +152,5 @@ def test_a_slot_dropped_under_a_connector_with_offsets_is_refused(stack, pipelin
     wait_until(lambda: not _slot(stack, source.slot).active, 60, "the slot released")
     with _owner(stack) as conn:
         conn.execute("SELECT pg_drop_replication_slot(%s)", (source.slot,))
-    with pytest.raises(StackError, match="is gone but connector .* still has an offset"):
+    with pytest.raises(StackError, match=r"is gone but connector .* still has an offset"):
         registration.apply(stack, pipeline)

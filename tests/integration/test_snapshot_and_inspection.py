@@ -53,7 +53,8 @@ Row = tuple[str, str, str]  # sku, name, price as text: what the topic must matc
 
 @pytest.fixture(scope="module")
 def pipeline(stack: StackSettings) -> Iterator[PipelineConfig]:
-    """pipeline.yaml with this module's own connector, slot and topic prefix, registered and past its initial snapshot."""
+    """pipeline.yaml with this module's own connector, slot and topic prefix, registered and past its
+    initial snapshot."""
     migrations.upgrade(stack)
     base = capture.load_pipeline(stack)
     source = base.source.model_copy(
@@ -63,7 +64,8 @@ def pipeline(stack: StackSettings) -> Iterator[PipelineConfig]:
     _seed(stack)
     registration.apply(stack, config)
     # The notifications topic appears with the initial snapshot's notifications; `tide snapshot` needs it.
-    wait_until(lambda: _initial_snapshot_completed(stack, config), timeout=120, reason="the initial snapshot to complete")
+    wait_until(lambda: _initial_snapshot_completed(stack, config), timeout=120,
+               reason="the initial snapshot to complete")
     yield config
     registration.delete(stack, config, drop_slot=True)
 
@@ -338,7 +340,9 @@ def test_a_single_expression_is_accepted(where: str):
     assert snapshot.check_where(where) == where
 
 
-def test_a_where_postgres_rejects_is_refused_before_anything_is_signalled(stack: StackSettings, pipeline: PipelineConfig):
+def test_a_where_postgres_rejects_is_refused_before_anything_is_signalled(
+    stack: StackSettings, pipeline: PipelineConfig
+):
     marker = f"no_such_column_{RUN}"
     with pytest.raises(snapshot.SnapshotError, match=marker):
         snapshot.run(stack, pipeline, "products", where=f"{marker} > 1")

@@ -72,6 +72,7 @@ def test_a_taken_port_is_named_with_its_setting_and_nothing_starts(mini_settings
     with socket.socket() as squatter:
         squatter.bind((mini_settings.host, mini_settings.redis_port))
         squatter.listen()
-        with pytest.raises(StackError, match=rf"port {mini_settings.redis_port} for redis is already in use .* set TIDE_REDIS_PORT"):
+        with pytest.raises(StackError, match=rf"port {mini_settings.redis_port} for redis is already in use "
+                                             r".* set TIDE_REDIS_PORT"):
             runner.up(mini_settings, SERVICES)
     assert _pids(mini_settings) == {}

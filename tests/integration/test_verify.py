@@ -311,7 +311,8 @@ def test_rows_elasticsearch_refuses_are_missing_from_the_search_view_only(
     }
     pipeline = PipelineConfig(source=load(stack.pipeline_file).source, tables=tables)
     prefix, warehouse = f"real{RUN}:", tmp_path / "warehouse"
-    sinks: list[Sink] = [ElasticsearchSink(stores.es_url, pipeline), RedisSink(stores.redis_url, pipeline, key_prefix=prefix),
+    sinks: list[Sink] = [ElasticsearchSink(stores.es_url, pipeline),
+                         RedisSink(stores.redis_url, pipeline, key_prefix=prefix),
                          WarehouseSink(str(warehouse), pipeline)]
     _insert_items(stack, REFUSED_BY_SEARCH)
     try:

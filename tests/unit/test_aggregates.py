@@ -51,10 +51,13 @@ def error(tmp_path: Path, aggregates: dict, tables: dict | None = None) -> str:
 
 def test_the_shipped_declaration_resolves_to_exact_scales_and_the_join_key():
     stats, top = config.load().aggregate_plans(demo_catalogue())
-    assert (stats.name, stats.table, stats.group_by, stats.key("42")) == ("customer_stats", "orders", "customer_id", "customer:42:stats")
-    assert [(m.field, m.column, m.scale) for m in stats.measures] == [("order_count", None, 0), ("paid_total", "total", 2)]
+    assert (stats.name, stats.table, stats.group_by, stats.key("42")) \
+        == ("customer_stats", "orders", "customer_id", "customer:42:stats")
+    assert [(m.field, m.column, m.scale) for m in stats.measures] \
+        == [("order_count", None, 0), ("paid_total", "total", 2)]
     assert stats.measures[1].where[0].values == ("paid", "shipped")
-    assert (top.join_table, top.join_foreign_key, top.join_key, top.key()) == ("orders", "order_id", "id", "top_products:units_sold")
+    assert (top.join_table, top.join_foreign_key, top.join_key, top.key()) \
+        == ("orders", "order_id", "id", "top_products:units_sold")
     assert top.measures[0].where[0].side == "join" and top.measures[0].where[0].negate
 
 
@@ -62,20 +65,26 @@ def test_the_shipped_declaration_resolves_to_exact_scales_and_the_join_key():
     ("changes", "expected"),
     [
         ({"table": "invoices"}, "cache_aggregates.units.table: unknown table invoices (tables: "),
-        ({"group_by": "sku"}, "cache_aggregates.units.group_by: order_items has no column sku (columns: line_no, order_id, "),
-        ({"join": {"table": "orders", "foreign_key": "order_no"}}, "cache_aggregates.units.join.foreign_key: order_items has no column order_no (columns: "),
-        ({"join": {"table": "order_items", "foreign_key": "order_id"}}, "cache_aggregates.units.join.table: order_items joins itself: a cycle"),
-        ({"measures": {"units": {"sum": "orders.qty"}}}, "cache_aggregates.units.measures.units.sum: orders has no column qty (columns: "),
+        ({"group_by": "sku"},
+         "cache_aggregates.units.group_by: order_items has no column sku (columns: line_no, order_id, "),
+        ({"join": {"table": "orders", "foreign_key": "order_no"}},
+         "cache_aggregates.units.join.foreign_key: order_items has no column order_no (columns: "),
+        ({"join": {"table": "order_items", "foreign_key": "order_id"}},
+         "cache_aggregates.units.join.table: order_items joins itself: a cycle"),
+        ({"measures": {"units": {"sum": "orders.qty"}}},
+         "cache_aggregates.units.measures.units.sum: orders has no column qty (columns: "),
         ({"measures": {"units": {"sum": "customers.id"}}}, "customers is not the joined table"),
         ({"measures": {"units": {"count": True, "where": {"orders.status": {"in": ["payed"]}}}}},
          "measures.units.where.orders.status: payed not among pending, paid, shipped, cancelled"),
-        ({"measures": {"units": {"sum": "unit_price"}}}, "a sorted set has one measure, a count or a sum of an integer column"),
+        ({"measures": {"units": {"sum": "unit_price"}}},
+         "a sorted set has one measure, a count or a sum of an integer column"),
         ({"measures": {"units": {"sum": "orders.status"}}}, "orders.status is not an integer or numeric(p,s) column"),
         ({"key": "top:{product_id}"}, "cache_aggregates.units.key: a sorted set is one key"),
         ({"type": "hash", "key": "top:units"}, "a hash aggregate's key needs {product_id} once"),
         ({"type": "hash", "key": "orders:{product_id}"}, "would mix with the cached rows of orders"),
         ({"key": "tideline:top"}, "tideline: keys are the sink's own bookkeeping"),
-        ({"measures": {"units": {"count": True, "sum": "quantity"}}}, "give exactly one of `count: true` or `sum: <column>`"),
+        ({"measures": {"units": {"count": True, "sum": "quantity"}}},
+         "give exactly one of `count: true` or `sum: <column>`"),
         ({"where": {"quantity": {"in": [1], "not_in": [2]}}}, "give exactly one of `in` or `not_in`"),
     ],
 )
@@ -86,7 +95,8 @@ def test_a_wrong_declaration_is_a_one_line_error_naming_where_and_what(tmp_path,
 def test_an_aggregate_over_a_table_without_a_cache_view_says_how_to_add_one(tmp_path):
     orders = {view: spec for view, spec in SHIPPED["tables"]["orders"].items() if view != "cache"}
     tables = {**SHIPPED["tables"], "orders": orders}
-    assert "join.table: table orders has no cache view: add `cache: {}` to tables.orders" in error(tmp_path, units_sold(), tables)
+    assert "join.table: table orders has no cache view: add `cache: {}` to tables.orders" \
+        in error(tmp_path, units_sold(), tables)
 
 
 def test_two_aggregates_on_one_key_are_refused(tmp_path):
@@ -103,7 +113,7 @@ def test_the_scripts_get_condition_values_as_the_rows_store_them_and_no_nulls():
     assert spec["edges"] == [{"table": "order_items", "column": "order_id"}]
     assert spec["tracked"] == {"orders": True, "order_items": True} and spec["prefix"] == "p:"
     assert "null" not in json.dumps(spec)
-    apply, prune = row_scripts(spec)
+    apply, _prune = row_scripts(spec)
     assert apply.sha != row_scripts(aggregate_spec([], "p:"))[0].sha, "the declaration is part of the script"
 
 
@@ -115,7 +125,8 @@ def test_the_oracle_is_the_definition_in_sql():
         'FROM "public"."orders" r WHERE "r"."customer_id" IS NOT NULL GROUP BY 1'
     )
     assert oracle_query(top, "public").as_string(None) == (
-        """SELECT "r"."product_id", coalesce(sum("r"."quantity") FILTER (WHERE "j"."status" NOT IN ('cancelled')), 0) """
+        'SELECT "r"."product_id", '
+        """coalesce(sum("r"."quantity") FILTER (WHERE "j"."status" NOT IN ('cancelled')), 0) """
         'FROM "public"."order_items" r JOIN "public"."orders" j ON j."id" = r."order_id" '
         'WHERE "r"."product_id" IS NOT NULL GROUP BY 1'
     )

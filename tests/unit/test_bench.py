@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 from services.bench import baseline, core, drain, freshness, measure, plots, probes, report, runs, snapshot, throughput
 from services.bench.cli import parse_rates, parse_settings
 from services.bench.core import running_sinks
-from spark_jobs.settings import SINKS
 from services.demo.load import LoadReport, Pacer, processes_for, workers_for
-
+from spark_jobs.settings import SINKS
 
 # ---- percentiles ----
 
@@ -159,7 +158,7 @@ def test_rates_parse_or_fail_with_a_fix():
 
 
 def test_completion_finds_when_each_column_reached_all_rows_and_its_peak_rate():
-    series = [[t, min(100 * t, 1000), min(50 * t, 1000)] for t in range(0, 31)]
+    series = [[t, min(100 * t, 1000), min(50 * t, 1000)] for t in range(31)]
     done = snapshot.completion(series, ["captured", "search"], {"captured": 1000, "search": 1000})
     assert done["captured"] == {"rows": 1000, "seconds_to_all_rows": 10, "rows_per_s": 100.0, "peak_rows_per_s": 100.0}
     assert done["search"]["seconds_to_all_rows"] == 20
@@ -192,14 +191,15 @@ def test_summary_takes_the_highest_step_each_sink_kept_up_with_against_the_ceili
 
 
 def test_result_folder_is_named_by_date_and_scenario(tmp_path):
-    day = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    day = datetime(2026, 11, 22, tzinfo=UTC)
     assert runs.result_dir(tmp_path, "freshness", day) == tmp_path / "2026-11-22-freshness"
 
 
 def test_result_json_round_trips(tmp_path):
     result = {"scenario": "x", "results": {"p50": 0.5, "when": datetime(2026, 1, 1)}}
     runs.write_result(tmp_path / "out", result)
-    assert runs.read_result(tmp_path / "out") == {"scenario": "x", "results": {"p50": 0.5, "when": "2026-01-01 00:00:00"}}
+    assert runs.read_result(tmp_path / "out") \
+        == {"scenario": "x", "results": {"p50": 0.5, "when": "2026-01-01 00:00:00"}}
 
 
 def _is_png(path) -> bool:
@@ -272,7 +272,8 @@ def test_summary_markdown_describes_the_machine_its_load_the_numbers_and_verify(
             "captured_per_s": 200.0, "applied_per_s": {"search": 190.0}, "applied_of_captured": {"search": 0.95},
         }]},
         "components": {"jobs": {"cpu_mean_percent": 80.0, "cpu_peak_percent": 150.0, "rss_peak_mb": 2000.0}},
-        "verify": {"clean": True, "seconds": 30.0, "views": [{"table": "customers", "sink": "search", "divergences": {}}]},
+        "verify": {"clean": True, "seconds": 30.0,
+                   "views": [{"table": "customers", "sink": "search", "divergences": {}}]},
     }
     text = report.markdown(result)
     assert "| machine | 2 cores (Xeon), 23.5 GiB" in text
@@ -314,7 +315,8 @@ def test_test_decoding_lines_count_by_kind_and_become_debezium_records():
         "BEGIN 1",
         "table public.orders: INSERT: id[bigint]:1 status[order_status]:'pending'",
         "table public.orders: UPDATE: id[bigint]:1 status[order_status]:'paid'",
-        "table public.order_items: UPDATE: old-key: order_id[bigint]:1 line_no[integer]:1 new-tuple: order_id[bigint]:1",
+        "table public.order_items: UPDATE: old-key: order_id[bigint]:1 line_no[integer]:1 "
+        "new-tuple: order_id[bigint]:1",
         "table public.customers: DELETE: id[bigint]:7",
         "table public.tideline_heartbeat: UPDATE: id[integer]:1 beat_at[timestamp with time zone]:'2026'",
         "COMMIT 1",

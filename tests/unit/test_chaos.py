@@ -57,7 +57,8 @@ def test_an_unknown_fault_is_refused():
 
 def test_a_change_delivered_twice_is_one_duplicate_but_a_tombstone_or_the_runners_own_record_is_not():
     update = [_delivered("orders_update", 0), _delivered("orders_update", 1), _delivered("orders_update", 2)]
-    tombstones = [_delivered("order_items_tombstone", 0, value=None), _delivered("order_items_tombstone", 1, value=None)]
+    tombstones = [_delivered("order_items_tombstone", 0, value=None),
+                  _delivered("order_items_tombstone", 1, value=None)]
     assert observe.duplicate_deliveries(update + tombstones, injected=set()) == 2
     assert observe.duplicate_deliveries(update, injected={update[2].position}) == 1
     assert observe.duplicate_deliveries([_delivered("orders_update", 0), _delivered("products_insert", 0)], set()) == 0
@@ -72,7 +73,8 @@ def test_a_stale_redelivery_sends_the_first_change_of_a_row_that_changed_since_a
 
 
 def test_a_stale_redelivery_also_picks_a_row_whose_later_change_has_an_unchanged_toast_placeholder():
-    toasted = [_delivered("products_insert", 0), _delivered("products_update_unchanged_toast", 1, key_of="products_insert")]
+    toasted = [_delivered("products_insert", 0),
+               _delivered("products_update_unchanged_toast", 1, key_of="products_insert")]
     assert observe.stale_records(toasted, 10, random.Random(1)) == [toasted[0]]
 
 
@@ -146,12 +148,11 @@ def test_tide_chaos_names_an_unknown_profile_and_the_choices_in_one_line():
 
 def test_sigterm_during_a_run_unwinds_through_its_tear_down():
     torn_down = []
-    with pytest.raises(SystemExit) as stopped:
-        with terminated_as_exit():
-            try:
-                os.kill(os.getpid(), signal.SIGTERM)
-                torn_down.append(False)  # never reached: the handler runs as soon as kill returns
-            finally:
-                torn_down.append(True)
+    with pytest.raises(SystemExit) as stopped, terminated_as_exit():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            torn_down.append(False)  # never reached: the handler runs as soon as kill returns
+        finally:
+            torn_down.append(True)
     assert stopped.value.code == 128 + signal.SIGTERM and torn_down == [True]
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

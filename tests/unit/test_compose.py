@@ -144,7 +144,8 @@ def test_the_health_check_reads_the_file_tide_serve_writes():
     assert runner.health_file(StackSettings(_env_file=None, state_dir=state_dir), service) == (
         state_dir / "run" / "jobs.healthy"
     )
-    assert '"${TIDE_STATE_DIR:?}/run/${1:?usage: healthy.sh SERVICE}.healthy"' in (DOCKER_DIR / "healthy.sh").read_text()
+    assert '"${TIDE_STATE_DIR:?}/run/${1:?usage: healthy.sh SERVICE}.healthy"' \
+        in (DOCKER_DIR / "healthy.sh").read_text()
     assert "COPY docker/healthy.sh ./docker/healthy.sh" in DOCKERFILE.read_text()
 
 
@@ -193,7 +194,8 @@ def test_ports_are_published_on_loopback_and_only_where_a_user_needs_them():
 def test_state_lives_on_named_volumes_where_the_stack_code_keeps_it():
     compose = _compose()
     declared = set(compose["volumes"])
-    state = {name: [_container_settings(name).state_dir / name] for name in ("postgres", "redis", "kafka", "elasticsearch")}
+    state = {name: [_container_settings(name).state_dir / name]
+             for name in ("postgres", "redis", "kafka", "elasticsearch")}
     jobs = driver.job_settings(_container_settings("jobs"))
     state["jobs"] = [jobs.checkpoint_dir, jobs.warehouse_dir, jobs.status_file.parent]
     for name, folders in state.items():
@@ -232,7 +234,7 @@ def test_every_service_runs_the_one_image_tagged_with_the_project_version():
 def test_one_service_builds_the_image_with_the_host_network():
     builds = _builds()
     assert list(builds) == ["postgres"], "compose handles postgres first: the image must exist before the others look"
-    assert list(_services())[0] == "postgres"
+    assert next(iter(_services())) == "postgres"
     (build,) = builds.values()
     assert build["dockerfile"] == "docker/tideline.Dockerfile" and build.get("context", ".") == "."
     assert build["network"] == "host"

@@ -11,7 +11,8 @@ def _letter(value: bytes | None) -> dict:
 
 def test_a_letter_carries_the_reason_the_origin_and_the_value():
     letter = _letter(b"{not json")
-    assert (letter["reason"], letter["topic"], letter["partition"], letter["offset"]) == ("value is not JSON", "t.public.x", 2, 41)
+    assert (letter["reason"], letter["topic"], letter["partition"], letter["offset"]) \
+        == ("value is not JSON", "t.public.x", 2, 41)
     assert letter["value"] == "{not json" and "value_omitted" not in letter
     assert _letter(b"\xff\x00")["value"] == "base64:/wA="
 

@@ -56,27 +56,31 @@ CASES = [
     ("12345678901.00", DecimalType(12, 2), None), ("7", ShortType(), 7), ("70000", ShortType(), None),
     ("x", IntegerType(), None), ("AP8=", BinaryType(), bytearray(b"\x00\xff")), ("%%", BinaryType(), None),
     ("2026-03-29T01:30:15.123456Z", TimestampType(), datetime(2026, 3, 29, 1, 30, 15, 123456)),
-    ('["a",null]', ArrayType(StringType()), ["a", None]), ('["1.50",null]', ArrayType(DecimalType(10, 2)), [Decimal("1.50"), None]),
+    ('["a",null]', ArrayType(StringType()), ["a", None]),
+    ('["1.50",null]', ArrayType(DecimalType(10, 2)), [Decimal("1.50"), None]),
     ('["1.505"]', ArrayType(DecimalType(10, 2)), [None]), ('"json text"', StringType(), '"json text"'),
 ]
 
 
 @pytest.mark.parametrize(("text", "dtype", "value"), CASES)
-def test_typed_reads_debezium_text_exactly_or_not_at_all(spark, text, dtype, value):  # noqa: F811
+def test_typed_reads_debezium_text_exactly_or_not_at_all(spark, text, dtype, value):
     from pyspark.sql import functions as F
 
-    row = spark.range(1).select(typed(F.lit(text), dtype).alias("v"), unreadable(F.lit(text), typed(F.lit(text), dtype), dtype).alias("bad")).first()
+    read = typed(F.lit(text), dtype)
+    row = spark.range(1).select(read.alias("v"), unreadable(F.lit(text), read, dtype).alias("bad")).first()
     expected_bad = value is None or (isinstance(value, list) and None in value and "null" not in text)
     assert (row["v"], row["bad"]) == (value, expected_bad)
 
 
-def test_as_text_reads_back_to_the_same_value(spark):  # noqa: F811
+def test_as_text_reads_back_to_the_same_value(spark):
     from pyspark.sql import functions as F
 
     values = [(Decimal("12.50"), DecimalType(12, 2)), (datetime(2026, 3, 29, 1, 30, 15, 123456), TimestampType()),
-              (bytearray(b"\x00\xff"), BinaryType()), (["a", None], ArrayType(StringType())), (date(2026, 1, 2), DateType())]
+              (bytearray(b"\x00\xff"), BinaryType()), (["a", None], ArrayType(StringType())),
+              (date(2026, 1, 2), DateType())]
     for value, dtype in values:
-        stored = F.lit(value).cast(dtype) if not isinstance(value, list) else F.array(*(F.lit(v).cast("string") for v in value))
+        stored = (F.lit(value).cast(dtype) if not isinstance(value, list)
+                  else F.array(*(F.lit(v).cast("string") for v in value)))
         back = spark.range(1).select(typed(as_text(stored, dtype), dtype).alias("v")).first()["v"]
         assert back == value, dtype
 
@@ -84,7 +88,8 @@ def test_as_text_reads_back_to_the_same_value(spark):  # noqa: F811
 def test_a_plan_adds_new_columns_widens_and_refuses_incompatible_changes():
     stored = {"order_id": LongType(), "line_no": IntegerType(), "quantity": ShortType(), "unit_price": StringType()}
     columns = {**ITEMS.columns, "note": Column("note", "TEXT")}
-    plan = plan_table("order_items", TableSchema(columns, ITEMS.primary_key), stored, ["dropped"], ["order_id", "line_no"])
+    plan = plan_table("order_items", TableSchema(columns, ITEMS.primary_key), stored, ["dropped"],
+                      ["order_id", "line_no"])
     assert plan.keys == ("order_id", "line_no")
     assert plan.added == ("product_id", "note", "dropped") and plan.widened == ("quantity",)
     assert list(plan.fields)[:4] == ["order_id", "line_no", "quantity", "unit_price"], "stored columns keep their order"
@@ -95,7 +100,7 @@ def test_a_plan_adds_new_columns_widens_and_refuses_incompatible_changes():
     assert fresh.added == () and "description" not in fresh.fields, "excluded columns never reach Kafka"
 
 
-def test_merge_source_types_every_column_and_carries_the_keep_map(spark):  # noqa: F811
+def test_merge_source_types_every_column_and_carries_the_keep_map(spark):
     plan = plan_table("products", PRODUCTS, None, [], [])
     rows = [change((2, 1), after={"id": "1", "name": "n", "price": "9.99"}, unavailable=("description",),
                    filled={"tags": (1, 5)}),
@@ -108,7 +113,7 @@ def test_merge_source_types_every_column_and_carries_the_keep_map(spark):  # noq
     assert source[1]["_tomb_major"] is None
 
 
-def test_rejected_changes_carry_the_reason_and_are_left_out_of_the_source(spark):  # noqa: F811
+def test_rejected_changes_carry_the_reason_and_are_left_out_of_the_source(spark):
     plan = plan_table("products", PRODUCTS, None, [], [])
     rows = [change((1, 1), after={"id": "1", "price": "1.234"}, offset=7),
             change((1, 2), key={"sku": "x"}, after={"sku": "x"}, offset=8),
@@ -119,7 +124,7 @@ def test_rejected_changes_carry_the_reason_and_are_left_out_of_the_source(spark)
     assert [r["id"] for r in merge_source(frame(spark, rows), plan).collect()] == [3]
 
 
-def test_a_row_id_names_its_typed_key_and_a_row_image_is_its_data_as_text(spark):  # noqa: F811
+def test_a_row_id_names_its_typed_key_and_a_row_image_is_its_data_as_text(spark):
     from pyspark.sql import functions as F
 
     items = plan_table("order_items", ITEMS, None, [], [])
@@ -133,24 +138,27 @@ def test_a_row_id_names_its_typed_key_and_a_row_image_is_its_data_as_text(spark)
     assert "id" not in found and found["sku"] is None
 
 
-def test_with_images_fills_only_a_moved_creates_unavailable_columns(spark):  # noqa: F811
+def test_with_images_fills_only_a_moved_creates_unavailable_columns(spark):
     create = change((2, 1), op="c", key=100, after={"id": "100", "name": "moved"}, unavailable=("description",),
                     old_row_id="1")
     other = change((2, 2), key=5, after={"id": "5", "name": "x"}, unavailable=("description",))
-    images = spark.createDataFrame([("1", {"description": "long", "name": "old"})], "_old string, _image map<string,string>")
+    images = spark.createDataFrame([("1", {"description": "long", "name": "old"})],
+                                   "_old string, _image map<string,string>")
     found = {r["row_id"]: r for r in with_images(frame(spark, [create, other]), images).collect()}
-    assert found["100"]["after"] == {"id": "100", "name": "moved", "description": "long"} and found["100"]["unavailable"] == []
+    assert found["100"]["after"] == {"id": "100", "name": "moved", "description": "long"}
+    assert found["100"]["unavailable"] == []
     assert found["5"]["unavailable"] == ["description"] and "description" not in found["5"]["after"]
 
 
-def test_a_moved_rows_history_takes_the_old_keys_newest_version_below_the_move(spark):  # noqa: F811
+def test_a_moved_rows_history_takes_the_old_keys_newest_version_below_the_move(spark):
     """Deleted, re-inserted and moved in one batch: the re-insert's description, not the stored one's."""
     plan = plan_table("products", PRODUCTS, None, [], [])
     stored = as_versions(merge_source(frame(spark, [change((1, 0), key=1, after={"id": "1", "description": "first"})]),
                                       plan), plan)
     batch = [change((2, 0), op="d", key=1), change((3, 0), op="c", key=1, after={"id": "1", "description": "second"}),
              change((4, 0), op="d", key=1, moved=True),
-             change((4, 0), op="c", key=9, after={"id": "9", "name": "n"}, unavailable=("description",), old_row_id="1")]
+             change((4, 0), op="c", key=9, after={"id": "9", "name": "n"}, unavailable=("description",),
+                    old_row_id="1")]
     images = {r["_old"]: r["_image"] for r in moved_images(stored, frame(spark, batch), plan).collect()}
     assert images["1"]["description"] == "second"
     from_history = {r["_old"]: r["_image"] for r in moved_images(stored, frame(spark, batch[3:]), plan).collect()}
@@ -159,7 +167,7 @@ def test_a_moved_rows_history_takes_the_old_keys_newest_version_below_the_move(s
     assert deleted == [], "a delete just before the move leaves nothing to take"
 
 
-def test_window_assignment_in_sql_matches_the_pure_rule(spark):  # noqa: F811
+def test_window_assignment_in_sql_matches_the_pure_rule(spark):
     moments = [datetime(2026, 5, 1, 12, 3, 20, tzinfo=UTC), datetime(1969, 12, 31, 23, 59, 59, tzinfo=UTC)]
     specs = [WindowSpec(size_seconds=60), WindowSpec(size_seconds=300, slide_seconds=60)]
     rows = spark.createDataFrame([(m,) for m in moments], "_time timestamp")

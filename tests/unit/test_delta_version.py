@@ -14,7 +14,8 @@ S, T = Version.of("s"), Version.of("t")
 
 
 def test_newer_is_lexicographic_on_major_then_minor():
-    assert newer(S, T) == ("(s.`tl_version_major` > t.`tl_version_major` OR (s.`tl_version_major` = t.`tl_version_major` "
+    assert newer(S, T) == ("(s.`tl_version_major` > t.`tl_version_major` "
+                           "OR (s.`tl_version_major` = t.`tl_version_major` "
                            "AND s.`tl_version_minor` > t.`tl_version_minor`))")
 
 
@@ -40,7 +41,8 @@ def test_the_merge_guards_each_clause_and_keeps_toast_columns_by_the_fill_versio
     assert merge.update_when == guard
     keep = keep_stored(Version.field("try_element_at(s._keep, 'description')"), T)
     assert merge.update_set["`description`"] == f"CASE WHEN {keep} THEN t.`description` ELSE s.`description` END"
-    assert list(merge.update_set) == ["`name`", "`description`", "`tl_version_major`", "`tl_version_minor`", "`tl_commit_ts`"]
+    assert list(merge.update_set) == ["`name`", "`description`", "`tl_version_major`", "`tl_version_minor`",
+                                      "`tl_commit_ts`"]
     assert merge.insert_when == f"s._op <> 'd' AND {newer_or_absent(S, Version.of('s', '_tomb_major', '_tomb_minor'))}"
     assert list(merge.insert_values) == ["`id`", "`name`", "`description`", "`tl_version_major`", "`tl_version_minor`",
                                          "`tl_commit_ts`"]
@@ -48,7 +50,8 @@ def test_the_merge_guards_each_clause_and_keeps_toast_columns_by_the_fill_versio
 
 
 def test_a_composite_key_joins_on_every_column_and_a_key_range_prunes_only_one_column_keys():
-    assert merge_text(("order_id", "line_no"), ["quantity"], (1, 9)).on == "t.`order_id` = s.`order_id` AND t.`line_no` = s.`line_no`"
+    assert merge_text(("order_id", "line_no"), ["quantity"], (1, 9)).on \
+        == "t.`order_id` = s.`order_id` AND t.`line_no` = s.`line_no`"
     assert merge_text(("id",), ["name"], (3, 70)).on == "t.`id` = s.`id` AND t.`id` BETWEEN 3L AND 70L"
 
 
@@ -63,12 +66,12 @@ VERSIONS = [(0, 5), (3, 1), (3, 2), (4, 0)]
 
 
 @pytest.mark.parametrize(("a", "b"), list(itertools.product(VERSIONS, VERSIONS)))
-def test_spark_evaluates_newer_as_python_compares_tuples(spark, a, b):  # noqa: F811
+def test_spark_evaluates_newer_as_python_compares_tuples(spark, a, b):
     found = spark.sql(f"SELECT {newer(Version.literal(a), Version.literal(b))} AS n").first()["n"]
     assert found is (a > b)
 
 
-def test_a_missing_version_makes_newer_null_and_newer_or_absent_true(spark):  # noqa: F811
+def test_a_missing_version_makes_newer_null_and_newer_or_absent_true(spark):
     absent = Version("CAST(NULL AS BIGINT)", "CAST(NULL AS BIGINT)")
     row = spark.sql(f"SELECT {newer(Version.literal((1, 1)), absent)} AS n, "
                     f"{newer_or_absent(Version.literal((1, 1)), absent)} AS a, "

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from services.verify.derived import check_history_row, compare_figures
 from services.verify.reconcile import Tally
-from tests.demo_catalogue import demo_catalogue
 from spark_jobs.config import PipelineConfigError, WindowSpec, load
 from spark_jobs.event_windows import EPOCH, aggregate, window_starts
 from spark_jobs.scd2 import intervals
+from tests.demo_catalogue import demo_catalogue
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
@@ -40,8 +40,8 @@ def test_intervals_chain_each_version_to_the_next_and_only_a_live_newest_is_curr
 def test_intervals_do_not_depend_on_arrival_order(majors, rnd):
     versions = [((m, 0), T0 + m * MINUTE, rnd.choice("cud")) for m in majors]
     shuffled = random.Random(rnd.random()).sample(versions, len(versions))
-    by_version = dict(zip(versions, intervals(versions)))
-    assert dict(zip(shuffled, intervals(shuffled))) == by_version
+    by_version = dict(zip(versions, intervals(versions), strict=True))
+    assert dict(zip(shuffled, intervals(shuffled), strict=True)) == by_version
     newest = max(versions)
     assert [v for v, (_, current) in by_version.items() if current] == ([newest] if newest[2] != "d" else [])
 
@@ -68,7 +68,8 @@ def test_every_window_of_a_time_contains_it(micros, sizes):
 
 
 def test_aggregate_is_sum_and_count_per_window_like_sql():
-    rows = [(T0, Decimal("10.00")), (T0 + timedelta(seconds=59), None), (T0 + MINUTE, Decimal("1.50")), (None, Decimal(9))]
+    rows = [(T0, Decimal("10.00")), (T0 + timedelta(seconds=59), None), (T0 + MINUTE, Decimal("1.50")),
+            (None, Decimal(9))]
     assert aggregate(rows, [WindowSpec(size_seconds=60)]) == {
         (60, 60, T0): (Decimal("10.00"), 2), (60, 60, T0 + MINUTE): (Decimal("1.50"), 1),
     }
@@ -123,7 +124,8 @@ def test_unknown_or_mistyped_window_columns_are_named_against_the_catalogue():
     wrong = pipeline.model_copy(update={"windows": {"order_revenue": pipeline.windows["order_revenue"].model_copy(
         update={"time_column": "created", "value_column": "status"})}})
     problems = wrong.window_problems(demo_catalogue())
-    assert problems[0].startswith("windows.order_revenue.time_column: orders has no column created (columns: created_at, ")
+    assert problems[0].startswith(
+        "windows.order_revenue.time_column: orders has no column created (columns: created_at, ")
     assert problems[1] == "windows.order_revenue.value_column: orders.status is not a numeric column; fix pipeline.yaml"
 
 
@@ -134,9 +136,11 @@ def test_one_schema_check_names_each_missing_column_of_nested_views_aggregates_a
     assert pipeline.schema_problems(demo_catalogue()) == []
     catalogue = dict(demo_catalogue())
     orders = catalogue["orders"]
-    catalogue["orders"] = replace(orders, columns={c: i for c, i in orders.columns.items() if c not in ("created_at", "total")})
+    catalogue["orders"] = replace(orders, columns={c: i for c, i in orders.columns.items()
+                                                   if c not in ("created_at", "total")})
     problems = pipeline.schema_problems(catalogue)
-    expected = ["nested.orders: orders has no column total (columns: customer_id, id, status, updated_at); fix pipeline.yaml",
+    expected = ["nested.orders: orders has no column total (columns: customer_id, id, status, updated_at); "
+                "fix pipeline.yaml",
                 "cache_aggregates.customer_stats.measures.paid_total.sum: orders has no column total",
                 "windows.order_revenue.time_column: orders has no column created_at",
                 "windows.order_revenue.value_column: orders has no column total"]

@@ -85,5 +85,6 @@ def test_an_empty_nice_value_means_one_driver_and_a_bad_one_is_one_line_naming_t
     monkeypatch.setenv("TIDE_JOB_DELTA_DRIVER_NICE", "")
     assert read_settings().delta_driver_nice is None
     monkeypatch.setenv("TIDE_JOB_DELTA_DRIVER_NICE", "25")
-    with pytest.raises(ValueError, match=r"^invalid setting TIDE_JOB_DELTA_DRIVER_NICE: Input should be less than or equal to 19$"):
+    with pytest.raises(ValueError, match=r"^invalid setting TIDE_JOB_DELTA_DRIVER_NICE: "
+                                         r"Input should be less than or equal to 19$"):
         read_settings()

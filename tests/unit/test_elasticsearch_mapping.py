@@ -122,7 +122,7 @@ def stored(found: list, versions: list, seq: list | None = None) -> pa.StructArr
     """mget hits as the shipper's Arrow reader gives them."""
     items = [{"found": f, "_seq_no": (seq or [7] * len(found))[i] if f else None, "_primary_term": 1 if f else None,
               "_source": {VERSION_MAJOR: v[0], VERSION_MINOR: v[1]} if f else None, "error": None}
-             for i, (f, v) in enumerate(zip(found, versions))]
+             for i, (f, v) in enumerate(zip(found, versions, strict=True))]
     return pa.array(items, type=_MGET.field("docs").type.value_type)
 
 
@@ -131,7 +131,7 @@ def decide(rows: pa.RecordBatch, docs: pa.StructArray, tombs: pa.StructArray, ma
     state = _State(rows, docs, tombs, marks or {}, (version.field(0), version.field(1)))
     lines = {}
     for group, index, _ in state.lines():
-        for line, i in zip(group.to_pylist(), index):
+        for line, i in zip(group.to_pylist(), index, strict=True):
             lines.setdefault(int(i), []).append(json.loads(line.split("\n")[0]))
     return state, lines
 
@@ -177,8 +177,8 @@ def test_filled_values_are_written_only_over_a_stored_row_older_than_their_chang
     filled = change((6, 0), key=1, after={"id": "1", "name": "b", "description": "old text"})
     filled["filled"] = {"description": {"major": 5, "minor": 1}}
     rows = shipped(spark, [filled, {**filled, "row_id": "2", "origin": {**filled["origin"], "offset": 1}}])
-    state, lines = decide(rows, stored([True, True], [(4, 0), (5, 5)]), stored([False, False], [(0, 0)] * 2))
-    bodies = [group.to_pylist() for group, _, _ in state.lines()][0]
+    state, _lines = decide(rows, stored([True, True], [(4, 0), (5, 5)]), stored([False, False], [(0, 0)] * 2))
+    bodies = next(group.to_pylist() for group, _, _ in state.lines())
     first, second = (json.loads(body.split("\n")[1])["doc"] for body in bodies)
     assert first["description"] == "old text", "the stored row is older than the fill: the filled value is written"
     assert "description" not in second, "the stored row is at least as new: it keeps its own"

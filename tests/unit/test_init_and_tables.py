@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from services.source import introspect
-from services.tables import ops, pipeline_file
 from services.stack.service import StackError
+from services.tables import ops, pipeline_file
 from spark_jobs.catalogue import Column, TableSchema
 from spark_jobs.config import DEFAULT_PATH, PipelineConfigError, TableConfig, load
 
@@ -85,7 +85,8 @@ def test_an_edit_that_breaks_the_pipeline_is_refused_naming_the_file_and_the_fil
     text = pipeline_file.without_table(path.read_text(), "orders", path)  # the nested view and windows need it
     with pytest.raises(PipelineConfigError, match=rf"^{path}: .*unknown table"):
         pipeline_file.validated(path, text)
-    assert path.read_text() == DEFAULT_PATH.read_text() and sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.yaml"]
+    assert path.read_text() == DEFAULT_PATH.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipeline.yaml"]
 
 
 def test_a_file_without_a_block_tables_section_is_refused_with_a_line_saying_to_edit_it_by_hand():
@@ -102,5 +103,5 @@ def test_tables_add_gives_inits_views_less_those_turned_off_and_checks_search_co
     assert chosen.search.text == ["title"] and chosen.cache is None and chosen.warehouse.history
     with pytest.raises(StackError, match="--search names nope, not a column of notes: choose from id, body, title"):
         ops.table_views(table, ops.ViewChoice(text=["nope"]))
-    with pytest.raises(StackError, match="^audit cannot be captured: no primary key"):
+    with pytest.raises(StackError, match=r"^audit cannot be captured: no primary key"):
         ops.table_views(found("audit", key=()), ops.ViewChoice())

@@ -46,7 +46,8 @@ def test_a_child_that_dies_twice_is_started_again_until_it_exits_cleanly(tmp_pat
 
 
 def test_a_refused_configuration_ends_the_loop_with_its_status(tmp_path):
-    assert run([sys.executable, "-c", f"import sys; sys.exit({CONFIG_REFUSED})"], Backoff(first_s=0.01)) == CONFIG_REFUSED
+    refused = [sys.executable, "-c", f"import sys; sys.exit({CONFIG_REFUSED})"]
+    assert run(refused, Backoff(first_s=0.01)) == CONFIG_REFUSED
 
 
 def _keep_alive(driver: str) -> subprocess.Popen:
@@ -137,7 +138,8 @@ def test_a_driver_loop_failing_because_its_jvm_ended_exits_at_once_whatever_lock
     assert finished.returncode == JVM_DIED
     assert b"the driver's JVM ended with status 0; the driver exits" in finished.stderr
 
-    bare = subprocess.Popen([sys.executable, "-c", _DRIVER_WITH_A_HELD_LOG_LOCK.format(root=os.getcwd(), call="loop()")],
+    bare = subprocess.Popen([sys.executable, "-c",
+                             _DRIVER_WITH_A_HELD_LOG_LOCK.format(root=os.getcwd(), call="loop()")],
                             stderr=subprocess.PIPE)
     try:
         with pytest.raises(subprocess.TimeoutExpired):
@@ -152,7 +154,8 @@ def test_a_driver_loop_failing_while_its_jvm_lives_raises_its_own_error():
     def loop() -> None:
         raise ValueError("a bug of the driver")
 
-    jvm = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)  # lives until killed
+    # lives until killed
+    jvm = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         with pytest.raises(ValueError, match="a bug of the driver"):
             run_until_the_jvm_ends(jvm, loop)

@@ -58,13 +58,15 @@ def test_unknown_column_is_named_with_the_choices(tmp_path):
 
 
 def test_unknown_join_column_of_a_parent_names_the_referring_table(tmp_path):
-    message = error_of(tmp_path, lambda raw: raw["nested"]["orders"]["parents"]["customer"].update(join_column="buyer_id"))
+    message = error_of(tmp_path,
+                       lambda raw: raw["nested"]["orders"]["parents"]["customer"].update(join_column="buyer_id"))
     assert "join_column: orders has no column buyer_id" in message
 
 
 def test_a_child_without_a_join_key_is_refused(tmp_path):
     message = error_of(tmp_path, lambda raw: items(raw).pop("join_column"))
-    assert "nested.orders.children.items: no join_column; name the column of order_items that holds the orders key" in message
+    assert ("nested.orders.children.items: no join_column; "
+            "name the column of order_items that holds the orders key") in message
 
 
 def test_a_cycle_is_refused(tmp_path):
@@ -88,7 +90,8 @@ def test_a_nested_index_name_may_not_be_a_flat_index(tmp_path):
 
 def test_an_excluded_column_is_not_a_field():
     pipeline = PIPELINE.model_copy(update={"tables": {
-        **PIPELINE.tables, "customers": PIPELINE.tables["customers"].model_copy(update={"exclude_columns": ["email"]})}})
+        **PIPELINE.tables,
+        "customers": PIPELINE.tables["customers"].model_copy(update={"exclude_columns": ["email"]})}})
     columns = {table: set(schema.columns) for table, schema in demo_catalogue().items()}
     assert any("customers has no column email" in e for e in nested_column_errors(pipeline, columns))
 
@@ -116,7 +119,8 @@ def test_a_child_names_the_root_of_its_new_image_and_is_found_where_it_was(spark
     moved = change((1, 1), table="order_items", key=key, after={"order_id": "8", "line_no": "2", "product_id": "5"})
     assert found(spark, moved) == {("orders", "ref", "order_items:[7,2]"), ("orders", "ref", "orders:8"),
                                    ("orders", "root", "8")}
-    assert found(spark, change((1, 1), table="order_items", key=key, op="d")) == {("orders", "ref", "order_items:[7,2]")}
+    assert found(spark, change((1, 1), table="order_items", key=key, op="d")) \
+        == {("orders", "ref", "order_items:[7,2]")}
 
 
 def test_a_truncate_finds_every_document_with_a_row_of_the_table(spark):
@@ -211,8 +215,8 @@ def test_the_mapping_follows_the_flat_indices_with_children_nested():
 
 from decimal import Decimal  # noqa: E402
 
-from services.verify.nested import canonical, join_query  # noqa: E402
 from services.verify.canonical import Canonicaliser, Column, TableShape  # noqa: E402
+from services.verify.nested import canonical, join_query  # noqa: E402
 
 SHAPES = {
     "orders": TableShape("public", "orders", (Column("id", "int8"), Column("customer_id", "int8"),

@@ -16,7 +16,8 @@ OWNER = Role("owner", superuser=False, create_role=True, replication=True, login
 ACCOUNTS = Table("app", "accounts", has_primary_key=True, replica_identity="d", owner="owner", owned_by_me=True,
                  cdc_can_select=False, published=False)
 READY = SourceFacts(
-    database="appdb", server_version=160004, wal_level="logical", max_replication_slots=10, slots_used=2, max_wal_senders=10,
+    database="appdb", server_version=160004, wal_level="logical", max_replication_slots=10, slots_used=2,
+    max_wal_senders=10,
     senders_used=1, max_slot_wal_keep_mb=2048, slot_exists=False, slot_active=False, me=OWNER, cdc=None,
     tables={"accounts": ACCOUNTS}, support_tables_exist=False, can_create_schema=True, publication_exists=False,
 )

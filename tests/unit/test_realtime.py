@@ -30,7 +30,8 @@ def test_the_real_time_sinks_are_read_as_a_list_or_names_and_unknown_writers_ref
     monkeypatch.delenv("TIDE_JOB_REALTIME_SINKS")
     assert read_settings().realtime_sinks == ["search", "cache"], "by default, every sink with a JVM writer"
     monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", "warehouse")
-    with pytest.raises(ValueError, match="^invalid setting TIDE_JOB_REALTIME_SINKS: .*warehouse cannot run in Real-Time"):
+    with pytest.raises(ValueError,
+                       match=r"^invalid setting TIDE_JOB_REALTIME_SINKS: .*warehouse cannot run in Real-Time"):
         read_settings()
 
 

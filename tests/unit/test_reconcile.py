@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.verify.readers import decode_hash, numeric_scale
 from services.verify.canonical import Canonicaliser, Column, TableShape, canonicaliser, row_doc_id
+from services.verify.readers import decode_hash, numeric_scale
 from services.verify.reconcile import Tally, bucket_count, compare_bucket, reconcile_pairs
 from spark_jobs.changes.envelope import row_id
 from tests.demo_catalogue import demo_catalogue
@@ -149,7 +149,8 @@ def test_elasticsearch_document_hashes_like_the_source_row(spark):
     from spark_jobs.sinks.elasticsearch._documents import documents
 
     tables = {"products": "products"}
-    batch = documents(frame(spark, [change((5, 9), key=7, after=RECORDED)]), demo_catalogue(), ["products"], tables, tables, {})
+    batch = documents(frame(spark, [change((5, 9), key=7, after=RECORDED)]), demo_catalogue(), ["products"], tables,
+                      tables, {})
     source = json.loads(batch.collect()[0]["doc"])  # what the sink sends
     canonical = Canonicaliser(PRODUCTS)
     assert canonical.digest(source) == canonical.digest(PG_ROW)
@@ -160,7 +161,8 @@ def test_redis_hash_hashes_like_the_source_row(spark):
     from spark_jobs.sinks.redis._commands import commands
 
     args = resp_arguments(commands(frame(spark, [change((5, 9), key=7, after=RECORDED)]), "").collect()[0]["args"])
-    fields = {name.encode(): value.encode() for name, value in zip(args[12::2], args[13::2])}  # what the script stores
+    # what the script stores
+    fields = {name.encode(): value.encode() for name, value in zip(args[12::2], args[13::2], strict=True)}
     canonical = Canonicaliser(PRODUCTS)
     assert canonical.digest(decode_hash(fields, PRODUCTS)) == canonical.digest(PG_ROW)
     fields[b"attributes"] = b'{"size": "M"}'

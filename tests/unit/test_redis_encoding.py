@@ -51,7 +51,8 @@ def test_key_names():
     [
         ("42", "INT8", 42), ("1.5", "FLOAT8", 1.5), ("NaN", "FLOAT8", "NaN"), ("true", "BOOL", True),
         ("false", "BOOL", False), ("12.50", "NUMERIC", "12.50"), ('["a","b"]', "_TEXT", ["a", "b"]),
-        ('{"x": [1]}', "JSONB", {"x": [1]}), ("2024-01-01T10:00:00.123456Z", "TIMESTAMPTZ", "2024-01-01T10:00:00.123456Z"),
+        ('{"x": [1]}', "JSONB", {"x": [1]}),
+        ("2024-01-01T10:00:00.123456Z", "TIMESTAMPTZ", "2024-01-01T10:00:00.123456Z"),
         ("paid", "ORDER_STATUS", "paid"), ("text", None, "text"),
     ],
 )
@@ -80,7 +81,7 @@ def test_an_upsert_is_its_keys_version_and_text_fields_without_nulls(spark):
     assert row["arg_count"] == len(args) and int(args[0]) == len(args) - 1
     assert args[1:12] == ["p:products:3", "p:tideline:tombstone:products:3", "p:tideline:truncated:products", "", "",
                           "u", "5", "7", "products", "3", "0"]
-    fields = dict(zip(args[12::2], args[13::2]))
+    fields = dict(zip(args[12::2], args[13::2], strict=True))
     assert fields == {"id": "3", "name": "Ada", VERSION_MAJOR: "5", VERSION_MINOR: "7",
                       COMMIT_TS: "2024-01-01T00:00:00.000Z"}, "NULL is an absent field"
     assert len(args) == 1 + ROW_FIXED_ARGS + 2 * len(fields)
@@ -126,7 +127,8 @@ def _writer_rows(spark, rows):
 def test_the_jvm_writer_gets_the_same_arguments_the_shipper_sends_as_a_list(spark):
     rows = [change((5, 7), key=3, after={"id": "3", "name": "Ada"}, unavailable=("description",)),
             change((5, 8), op="d", key=4, offset=1)]
-    shipped = {r["origin"]["offset"]: resp_arguments(r["args"]) for r in commands(frame(spark, rows), "p[1]:").collect()}
+    shipped = {r["origin"]["offset"]: resp_arguments(r["args"])
+               for r in commands(frame(spark, rows), "p[1]:").collect()}
     for offset, row in _writer_rows(spark, rows).items():
         assert row["kind"] == "row" and row["letter"] is None and row["watermark"] is None
         assert row["args"] == shipped[offset]

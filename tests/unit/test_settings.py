@@ -49,7 +49,8 @@ def test_the_connector_reaches_postgres_at_its_own_host_else_postgres_host():
 def test_excluded_columns_become_debeziums_column_exclude_list():
     pipeline = load()
     assert "column.exclude.list" not in render_config(StackSettings(), pipeline)
-    tables = {**pipeline.tables, "customers": pipeline.tables["customers"].model_copy(update={"exclude_columns": ["email"]})}
+    tables = {**pipeline.tables,
+              "customers": pipeline.tables["customers"].model_copy(update={"exclude_columns": ["email"]})}
     config = render_config(StackSettings(), pipeline.model_copy(update={"tables": tables}))
     assert config["column.exclude.list"] == r"public\.customers\.email"
 
@@ -97,7 +98,8 @@ def test_the_dba_script_makes_every_capture_object_and_never_holds_the_password(
     assert "never-printed" not in script
     assert 'CREATE ROLE "tideline_cdc" WITH LOGIN REPLICATION' in script and "PASSWORD :'cdc_password';" in script
     assert 'CREATE SCHEMA IF NOT EXISTS "tideline";' in script
-    assert 'GRANT SELECT ON "public"."customers", "public"."products", "public"."orders", "public"."order_items" TO' in script
+    assert ('GRANT SELECT ON "public"."customers", "public"."products", "public"."orders", "public"."order_items" TO'
+            in script)
     assert ('CREATE PUBLICATION "tideline" FOR TABLE "public"."customers", "public"."products", "public"."orders", '
             '"public"."order_items", "tideline"."debezium_signal", "tideline"."tideline_heartbeat" WITH '
             "(publish = 'insert, update, delete, truncate');") in script

@@ -49,7 +49,8 @@ def test_each_declared_sink_is_built_from_the_job_settings_and_reads_its_views_t
 
 
 def test_a_sink_the_registry_does_not_declare_is_refused_by_name_everywhere():
-    with pytest.raises(UnknownSinkError, match="^unknown sink nope; choose one of search, cache, warehouse, analytics$"):
+    with pytest.raises(UnknownSinkError,
+                       match=r"^unknown sink nope; choose one of search, cache, warehouse, analytics$"):
         spec_of("nope")
     with pytest.raises(UnknownSinkError):
         load().sink_tables("nope")

@@ -138,7 +138,8 @@ def test_the_pause_file_round_trips_and_a_broken_one_pauses_nothing(tmp_path):
 
 
 def test_figures_kafka_could_not_give_are_unknown_not_zero():
-    unknown = SinkFigures("cache", "running", None, (_table("orders", 0, None, None), TableFigures("x", "t.x", None, None, None, None)))
+    unknown = SinkFigures("cache", "running", None,
+                          (_table("orders", 0, None, None), TableFigures("x", "t.x", None, None, None, None)))
     assert unknown.records_behind is None and unknown.dead_letters is None
     status = Status(NOW, None, _status().source, (unknown,), ("cannot read Kafka",))
     assert to_json(status)["sinks"][0]["records_behind"] is None

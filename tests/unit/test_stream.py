@@ -10,7 +10,6 @@ import pytest
 from spark_jobs.changes import decode
 from spark_jobs.changes.envelope import row_id
 from spark_jobs.changes.stream import decode_stream
-
 from tests.unit.test_changes import RECORDS, WITH_SCHEMA
 
 TABLES = ["customers", "orders", "order_items", "products"]
@@ -19,7 +18,8 @@ KAFKA = ("topic string, partition int, offset bigint, key binary, value binary, 
 
 
 def kafka_rows(records: list[dict]) -> list[tuple]:
-    return [(r["topic"], 0, offset, r["key"].encode() if r["key"] else None, r["value"].encode() if r["value"] else None,
+    return [(r["topic"], 0, offset, r["key"].encode() if r["key"] else None,
+             r["value"].encode() if r["value"] else None,
              [(k, v.encode()) for k, v in r.get("headers", {}).items()])
             for offset, r in enumerate(records)]
 
@@ -36,7 +36,7 @@ def test_both_decoders_agree_on_every_record(spark, records):
     python = [(r, decode(r["topic"], r["key"].encode() if r["key"] else None, r["value"].encode()))
               for r in fixtures if r["value"]]
     assert len(rows) == len(python), "a tombstone is dropped, nothing else"
-    for row, (record, change) in zip(rows, python):
+    for row, (record, change) in zip(rows, python, strict=True):
         assert row["error"] is None, (record["name"], row["error"])
         assert (row["table"], row["op"]) == (change.table, change.op)
         assert (row["version"]["major"], row["version"]["minor"]) == change.sequence
