@@ -148,8 +148,9 @@ class Runner:
             from spark_jobs.settings import JobSettings
 
             settings = JobSettings(warehouse_dir=Path(warehouse), kafka_bootstrap="127.0.0.1:1")
-            self.writer = BatchWriter(sink_name, settings, pipeline)
-            self.writer.sink.setup(pipeline)
+            # main's API (a tree before the sink rewrite, TIDE_TREE), not this tree's
+            self.writer = BatchWriter(sink_name, settings, pipeline)  # type: ignore[arg-type]
+            self.writer.sink.setup(pipeline)  # type: ignore[call-arg, arg-type]
 
     def _through_pipeline(self, kafka, batch_id: int) -> None:
         """The query's own foreachBatch body (coalesce, single pass, dead letters written to Kafka)."""
@@ -163,7 +164,8 @@ class Runner:
             def current(self):
                 return self.catalogue
 
-        BatchWriter(self.sink, JobSettings(), Fixed(self.catalogue))._apply(kafka, batch_id)
+        # duck-typed: Fixed has the one method of LiveCatalogue the batch writer calls
+        BatchWriter(self.sink, JobSettings(), Fixed(self.catalogue))._apply(kafka, batch_id)  # type: ignore[arg-type]
 
     def _tables_properties(self, properties: dict[str, str]) -> None:
         from spark_jobs.sinks.delta import _tables
@@ -250,7 +252,7 @@ def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
     if os.environ.get("BENCH_RULES"):
         print(rules.dumpTimeSpent(), file=sys.stderr)
     if os.environ.get("BENCH_DETAIL"):
-        names = {}
+        names: dict[str, int] = {}
         for job in sorted(jobs):
             info = tracker.getJobInfo(job)
             first = tracker.getStageInfo(max(info.stageIds)) if info and info.stageIds else None
@@ -335,9 +337,9 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     for item in args.conf:
         spark.conf.set(*item.split("=", 1))
-    # every generated class's source, to stderr (to find code compiled per batch)
-    if os.environ.get("BENCH_CODEGEN_LOG"):
+    if os.environ.get("BENCH_CODEGEN_LOG"):  # every generated class's source to stderr (code compiled per batch)
         jvm = spark._jvm
+        assert jvm is not None, "a running session has its JVM gateway"
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
             "org.apache.spark.sql.catalyst.expressions.codegen.CodeGenerator", jvm.org.apache.logging.log4j.Level.DEBUG)
     properties = dict(item.split("=", 1) for item in args.property)

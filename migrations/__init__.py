@@ -79,8 +79,9 @@ def upgrade(settings: StackSettings, revision: str = "head", pipeline: PipelineC
         command.upgrade(config, revision)
         heads = MigrationContext.configure(connection).get_current_heads()
         if _applied(CAPTURE_REVISION, heads):
-            capture.apply(connection.connection.driver_connection, settings,
-                          pipeline or capture.load_pipeline(settings))
+            driver = connection.connection.driver_connection
+            assert isinstance(driver, psycopg.Connection), "the engine is postgresql+psycopg (engine())"
+            capture.apply(driver, settings, pipeline or capture.load_pipeline(settings))
 
 
 def downgrade(settings: StackSettings, revision: str) -> None:

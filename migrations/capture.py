@@ -14,6 +14,7 @@ import logging
 import psycopg
 from psycopg import sql
 
+from services.db.rows import scalar
 from services.settings import StackSettings
 from services.stack.service import StackError
 from spark_jobs.config import PipelineConfig, PipelineConfigError, load
@@ -79,7 +80,7 @@ _SUPPORT_DDL = {
 }
 
 
-def support_statements(config: PipelineConfig) -> list[sql.Composable]:
+def support_statements(config: PipelineConfig) -> list[sql.Composed]:
     """CREATE SCHEMA / TABLE IF NOT EXISTS for the signal and heartbeat tables (idempotent)."""
     schema = config.source.support_schema_name
     return [
@@ -226,4 +227,4 @@ def _existing(conn: psycopg.Connection, tables: list[tuple[str, str]]) -> set[tu
 
 
 def _current_user(conn: psycopg.Connection) -> str:
-    return conn.execute("SELECT current_user").fetchone()[0]
+    return scalar(conn, "SELECT current_user")

@@ -23,9 +23,10 @@ errors = Console(stderr=True, soft_wrap=True)
 @contextmanager
 def user_errors(exit_code: int = 1, also: tuple[type[Exception], ...] = ()) -> Iterator[None]:
     """Turn known failures (and `also` these) into one red line and `exit_code` (no traceback for users)."""
+    handled: tuple[type[Exception], ...] = (StackError, SettingsError, PipelineConfigError, *also)
     try:
         yield
-    except (StackError, SettingsError, PipelineConfigError, *also) as exc:
+    except handled as exc:
         errors.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(exit_code) from exc
     except ValidationError as exc:

@@ -24,10 +24,13 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 JvmSize = Annotated[str, Field(pattern=r"^\d+[mMgG]$")]
 
 
+ENV_FILE = PROJECT_ROOT / ".env"  # git-ignored; `make` writes it from .env.example
+
+
 class StackSettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="TIDE_",
-        env_file=PROJECT_ROOT / ".env",
+        env_file=ENV_FILE,
         extra="ignore",
         frozen=True,
     )

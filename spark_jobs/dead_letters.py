@@ -40,7 +40,8 @@ class DeadLetter:
     value: bytes | None
 
     def encode(self) -> bytes:
-        fits = self.value is None or len(self.value) <= MAX_VALUE_BYTES
+        size = None if self.value is None else len(self.value)
+        fits = size is None or size <= MAX_VALUE_BYTES
         return json.dumps(
             {
                 "stage": self.stage,
@@ -49,7 +50,7 @@ class DeadLetter:
                 "partition": self.partition,
                 "offset": self.offset,
                 "value": _text(self.value) if fits else None,
-                **({} if fits else {"value_bytes": len(self.value), "value_omitted": _OMITTED}),
+                **({} if fits else {"value_bytes": size, "value_omitted": _OMITTED}),
                 "dead_at_ms": int(time.time() * 1000),
             }
         ).encode()

@@ -43,6 +43,7 @@ def aggregate(
                 key = (spec.size_seconds, spec.slide, start)
                 total, count = figures.get(key, (None, 0))
                 if value is not None:
-                    total = value if total is None else total + value
+                    # one column's values: all Decimal, all int or all float, never mixed
+                    total = value if total is None else total + value  # type: ignore[operator]
                 figures[key] = (total, count + 1)
     return figures

@@ -30,7 +30,8 @@ def frozen(value: Any) -> Hashable:
     if isinstance(value, (list, tuple)):
         return ("seq", tuple(frozen(item) for item in value))
     if isinstance(value, (set, frozenset)):
-        return ("set", tuple(sorted(frozen(item) for item in value)))
+        # a set's items are of one kind, and their frozen forms compare as they do
+        return ("set", tuple(sorted(frozen(item) for item in value)))  # type: ignore[type-var]
     if isinstance(value, BaseModel):
         return (type(value).__qualname__, frozen(value.model_dump()))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -109,6 +109,7 @@ def start(records: DataFrame, sink: Sink, catalogue: Catalogue, settings: JobSet
     spark = records.sparkSession
     rows = sink.writer_rows(decode_stream(records, sink.tables(), catalogue), catalogue)
     jvm = spark.sparkContext._jvm
+    assert jvm is not None, "a running session's context has its JVM gateway"
     writer = sink.writer(jvm, LetterTopic(settings.kafka_bootstrap, settings.dlq_topic))
     stream = (
         rows._jdf.writeStream().queryName(name).foreach(writer).outputMode("update")

@@ -42,11 +42,11 @@ def starting_with(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
         try:
             yield
         finally:
-            for key, value in held.items():
-                if value is None:
+            for key, before in held.items():
+                if before is None:
                     spark.conf.unset(key)
                 else:
-                    spark.conf.set(key, value)
+                    spark.conf.set(key, before)
 
 
 def jar_files(jar_dir: Path) -> list[str]:

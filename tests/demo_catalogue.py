@@ -25,6 +25,8 @@ def _column(column: sa.Column) -> Column:
         return Column(column.name, "_" + element.type, element.precision, element.scale, element.values,
                       element.category)
     if isinstance(kind, sa.Enum):
+        if kind.name is None:
+            raise ValueError(f"{column.name}: a PostgreSQL enum needs a type name")
         return Column(column.name, kind.name.upper(), values=tuple(kind.enums), category="E")
     if isinstance(kind, sa.Numeric) and not isinstance(kind, sa.Float):
         return Column(column.name, "NUMERIC", kind.precision, kind.scale, category="N")

@@ -32,7 +32,9 @@ def _inputs() -> tuple[psycopg.Connection, StackSettings, PipelineConfig]:
     attributes = context.config.attributes
     settings = attributes["settings"]
     pipeline = attributes.get("pipeline") or capture.load_pipeline(settings)
-    return op.get_bind().connection.driver_connection, settings, pipeline
+    driver = op.get_bind().connection.driver_connection
+    assert isinstance(driver, psycopg.Connection), "the engine is postgresql+psycopg (migrations.engine)"
+    return driver, settings, pipeline
 
 
 def upgrade() -> None:

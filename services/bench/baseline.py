@@ -24,6 +24,7 @@ from pathlib import Path
 
 from services.bench.core import Bench, BenchError
 from services.bench.measure import ratios
+from services.db.rows import scalar
 from services.stack import postgres
 
 NAME = "baseline"
@@ -64,7 +65,7 @@ class DecodingCeiling:
         `row_changes` counts every table's; `captured_row_changes` and `debezium_records` only the
         pipeline's tables (what reaches the change topics)."""
         with self.bench.connect() as conn:
-            end = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+            end = scalar(conn, "SELECT pg_current_wal_lsn()::text")
         out_dir = self.bench.settings.state_dir / "ceiling"
         out_dir.mkdir(parents=True, exist_ok=True)
         result: dict = {"end_lsn": end}

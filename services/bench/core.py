@@ -180,7 +180,7 @@ class Bench:
 
     # ---- the sinks -------------------------------------------------------------------------------
 
-    def topics(self, sink: SinkName | None = None) -> list[str]:
+    def topics(self, sink: str | None = None) -> list[str]:
         tables = self.pipeline.sink_tables(sink) if sink else list(self.pipeline.tables)
         return [self.pipeline.topic(table) for table in tables]
 

@@ -58,10 +58,11 @@ def run(bench: Bench) -> dict:
 
     capture = time_capture(bench, start["captured"] + records, options["timeout_s"])
     apply = time_sinks(bench, options["timeout_s"])
-    seconds = {"decoding": decoded["pgoutput"]["seconds"], "capture": capture["seconds"],
-               **{sink: apply["sinks"][sink]["seconds"] for sink in bench.sinks}}
-    rates = {"decoding": per_s(records, seconds["decoding"]), "capture": capture["records_per_s"],
-             **{sink: apply["sinks"][sink]["records_per_s"] for sink in bench.sinks}}
+    seconds: dict[str, float | None] = {"decoding": decoded["pgoutput"]["seconds"], "capture": capture["seconds"],
+                                        **{sink: apply["sinks"][sink]["seconds"] for sink in bench.sinks}}
+    rates: dict[str, float | None] = {"decoding": per_s(records, seconds["decoding"]),
+                                      "capture": capture["records_per_s"],
+                                      **{sink: apply["sinks"][sink]["records_per_s"] for sink in bench.sinks}}
     return {
         "snapshot_catch_up_s": snapshot_s,
         "backlog": written,
@@ -96,8 +97,8 @@ def write_backlog(bench: Bench, changes: int, rate: float) -> dict:
 
         report = load.run(bench.conninfo(), rate, max(60.0, changes / 200), seed=bench.options.get("seed", 1),
                           stop=stop, on_progress=enough)
-    if report.row_changes < changes:
-        raise BenchError(f"the load generator wrote {report.row_changes:,} row changes of {changes:,} "
+    if report.row_changes is None or report.row_changes < changes:
+        raise BenchError(f"the load generator wrote {report.row_changes or 0:,} row changes of {changes:,} "
                          f"({report.errors[:1] or 'it ran out of time'})")
     bench.say(f"  {report.row_changes:,} row changes in {report.seconds:.0f}s ({report.row_changes_per_s:,.0f}/s, "
               f"{report.achieved_rate:,.0f} operations/s)")

@@ -19,7 +19,8 @@ from services.bench import measure, plots
 from services.bench.baseline import DecodingCeiling
 from services.bench.core import CAPTURE_SERVICES, Bench
 from services.bench.measure import ratios
-from services.bench.probes import POLL_S, FreshnessProbe, capture_finder, delay_values, sink_finders
+from services.bench.probes import POLL_S, Finder, FreshnessProbe, capture_finder, delay_values, sink_finders
+from spark_jobs.settings import SinkName
 
 NAME = "freshness"
 # 580 operations/s of the demo mix are about 1,000 row changes/s (1.72 per operation), the target rate.
@@ -42,11 +43,13 @@ def run(bench: Bench) -> dict:
 
     ceiling = DecodingCeiling(bench)
     ceiling.create()
-    finders = {"captured": capture_finder(bench.settings, bench.pipeline),
-               **({} if capture_only else sink_finders(bench.settings, bench.pipeline, bench.sinks))}
+    finders: dict[str, Finder] = {
+        "captured": capture_finder(bench.settings, bench.pipeline),
+        **({} if capture_only else sink_finders(bench.settings, bench.pipeline, bench.sinks))}
     probe = FreshnessProbe(bench.conninfo(), finders, bench.now, MARKER_INTERVAL_S)
     probe.start()
-    phases, lag_series = [], []
+    phases: list[dict] = []
+    lag_series: list[list[float]] = []
     try:
         for rate in options["rates"]:
             phases.append(_phase(bench, probe, rate, options, lag_series, () if capture_only else bench.sinks))
@@ -78,7 +81,7 @@ def run(bench: Bench) -> dict:
 
 
 def _phase(bench: Bench, probe: FreshnessProbe, rate: float, options: dict, lag_series: list,
-           sinks: tuple[str, ...]) -> dict:
+           sinks: tuple[SinkName, ...]) -> dict:
     bench.say(f"rate {rate:g} operations/s for {options['duration_s']:.0f}s")
     began, start = bench.now(), bench.progress(sinks)
     every_5_s = (lambda: lag_series.append([bench.now(), *bench.behind().values()])) if sinks else (lambda: None)

@@ -7,12 +7,14 @@ import os
 import platform
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+K = TypeVar("K")  # a rate's name: a sink's or a stage's
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -41,7 +43,7 @@ def distribution(values: Sequence[float]) -> dict[str, float | int | None]:
     }
 
 
-def ratios(rates: dict[str, float | None], base: float | None) -> dict[str, float | None]:
+def ratios(rates: Mapping[K, float | None], base: float | None) -> dict[K, float | None]:
     """Each rate as a fraction of `base` (a stage's rate over the one before it, or over the source's
     ceiling), measured in the same run; None where either is unknown or zero. On a shared, noisy
     machine these fractions move less than the absolute rates."""
@@ -189,7 +191,7 @@ def busiest_processes(seconds: float = 2.0, top: int = 8, exclude: Iterable[int]
     before = snapshot()
     time.sleep(seconds)  # a CPU rate needs two readings some time apart
     after = snapshot()
-    busy = [
+    busy: list[dict[str, Any]] = [
         {"pid": pid, "cpu_percent": round(100 * (cpu - before[pid][0]) / seconds, 1), "command": command}
         for pid, (cpu, command) in after.items() if pid in before
     ]

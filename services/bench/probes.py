@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from services.db.rows import scalar
 from services.demo.workload import PROBE_DOMAIN
 from services.jobs.driver import job_settings
 from services.settings import StackSettings
@@ -71,7 +72,7 @@ def record_id(key: bytes | None) -> int | None:
 
 def sink_finders(
     settings: StackSettings, pipeline: PipelineConfig, sinks: tuple[SinkName, ...]
-) -> dict[SinkName, Finder]:
+) -> dict[str, Finder]:
     """For each of `sinks` with a probe, a function from marker ids to the ones readable in that sink now."""
     import redis
     from deltalake import DeltaTable, QueryBuilder
@@ -159,10 +160,11 @@ class FreshnessProbe:
                 if not self._writing.is_set():
                     continue
                 sequence += 1
-                key = conn.execute(
+                key = scalar(
+                    conn,
                     "INSERT INTO customers (email, name, country) VALUES (%s, %s, 'GB') RETURNING id",
                     (f"marker-{self._run}-{sequence}@{PROBE_DOMAIN}", f"Marker {sequence}"),
-                ).fetchone()[0]
+                )
                 committed = self.clock()  # autocommit: the INSERT has committed when execute returns
                 with self._lock:
                     self.markers[key] = Marker(key, committed)

@@ -21,6 +21,7 @@ from services.bench import plots
 from services.bench.baseline import read_ceiling
 from services.bench.core import CAPTURE_SERVICES, Bench, BenchError, poll_until
 from services.bench.measure import ratios
+from services.db.rows import one_row, scalar
 
 NAME = "snapshot"
 # timeout_s: a million rows took 24 min with 100,000-record batches, far longer with the default (docs/benchmarks.md)
@@ -49,10 +50,11 @@ def fill_products(bench: Bench, rows: int, seed: int) -> dict:
             conn.execute(INSERT_PRODUCTS, (first, min(first + BATCH_ROWS - 1, rows)))
             bench.say(f"  {min(first + BATCH_ROWS - 1, rows):,} of {rows:,} products written")
         conn.execute("ANALYZE products")
-        size = conn.execute(
+        size = one_row(
+            conn,
             "SELECT pg_total_relation_size('products'), avg(octet_length(description))::int FROM products "
-            "WHERE sku LIKE 'BENCH-%'"
-        ).fetchone()
+            "WHERE sku LIKE 'BENCH-%'",
+        )
     return {"seconds": round(bench.now() - began, 1), "table_bytes": size[0], "description_mean_bytes": size[1]}
 
 
@@ -60,7 +62,7 @@ def targets(bench: Bench) -> dict[str, int]:
     """Per column, the records an initial snapshot brings it: a row of every captured table into the
     topics (`captured`), a row of every table a sink has a view of into that sink."""
     with bench.connect() as conn:
-        rows = {table: conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] for table in bench.pipeline.tables}
+        rows = {table: scalar(conn, f'SELECT count(*) FROM "{table}"') for table in bench.pipeline.tables}
     return {"captured": sum(rows.values()),
             **{sink: sum(rows[table] for table in bench.pipeline.sink_tables(sink)) for sink in bench.sinks}}
 

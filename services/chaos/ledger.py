@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from services.db.rows import one_row, scalar
 from services.demo import workload
 
 MAX_WRITERS = 4  # ledger tables migration 0003 creates
@@ -53,7 +54,7 @@ class LedgerWriter(threading.Thread):
 
     def _write(self, conn: psycopg.Connection) -> None:
         table = sql.Identifier(self.table)
-        seq = conn.execute(sql.SQL("SELECT coalesce(max(seq), 0) FROM {}").format(table)).fetchone()[0]
+        seq = scalar(conn, sql.SQL("SELECT coalesce(max(seq), 0) FROM {}").format(table))
         while not self.stop.wait(self.pause_s):
             try:
                 with conn.transaction():
@@ -97,9 +98,9 @@ class LedgerState:
 
 
 def ledger_state(conn: psycopg.Connection, writer: LedgerWriter) -> LedgerState:
-    rows, first, last = conn.execute(
-        sql.SQL("SELECT count(*), min(seq), max(seq) FROM {}").format(sql.Identifier(writer.table))
-    ).fetchone()
+    rows, first, last = one_row(
+        conn, sql.SQL("SELECT count(*), min(seq), max(seq) FROM {}").format(sql.Identifier(writer.table))
+    )
     return LedgerState(writer.table, rows, first, last, writer.acknowledged)
 
 

@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from kafka.errors import KafkaError
 
@@ -201,7 +202,7 @@ class ReplayWatch(threading.Thread):
             self.pending = still
 
 
-def replayed(checkpoints: Path, batch: InFlight, killed_at: float) -> Replay | bool | None:
+def replayed(checkpoints: Path, batch: InFlight, killed_at: float) -> Replay | Literal[False] | None:
     """A Replay once the batch is committed after the kill with the offsets it had; None while not
     committed yet; False if it was committed otherwise (before the kill, or with other offsets)."""
     checkpoint = checkpoints / batch.sink

@@ -27,6 +27,7 @@ from services.chaos import faults, ledger, observe
 from services.chaos.profiles import Profile, schedule
 from services.connector import registration
 from services.connector.connect_api import ConnectApi
+from services.db.rows import scalar
 from services.demo import workload
 from services.jobs import driver, lag
 from services.settings import StackSettings
@@ -113,14 +114,14 @@ def prepare(stack: StackSettings, profile: Profile, seed: int, work_dir: Path) -
     redis.Redis(host=stack.host, port=stack.redis_port, db=REDIS_DB).flushdb()
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
         ledger.empty_ledgers(conn, profile.writers)
-        if conn.execute("SELECT count(*) FROM customers").fetchone()[0] == 0:
+        if scalar(conn, "SELECT count(*) FROM customers") == 0:
             workload.seed(conn, random.Random(seed))
         _load_bulk(conn, profile.snapshot_rows)
     return jobs, pipeline
 
 
 def _load_bulk(conn: psycopg.Connection, rows: int) -> None:
-    held = conn.execute("SELECT count(*) FROM chaos_bulk").fetchone()[0]
+    held = scalar(conn, "SELECT count(*) FROM chaos_bulk")
     if held != rows:
         conn.execute("TRUNCATE chaos_bulk")
         conn.execute("INSERT INTO chaos_bulk (id, payload) SELECT g, md5(g::text) FROM generate_series(1, %s) g",
@@ -206,7 +207,7 @@ def _converge(stack: StackSettings, jobs: StackSettings, pipeline: PipelineConfi
     of its topics as they are then; ChaosError at the deadline."""
     deadline = time.monotonic() + timeout_s
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
-        written = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        written = scalar(conn, "SELECT pg_current_wal_lsn()")
     slot = pipeline.source.slot
 
     def captured() -> bool:
@@ -217,7 +218,8 @@ def _converge(stack: StackSettings, jobs: StackSettings, pipeline: PipelineConfi
         return bool(row and row[0])
 
     _wait(captured, deadline, f"slot {slot} to confirm every write (connector: {_connector_state(stack, pipeline)})")
-    ends = {sink: lag.end_offsets(stack, [pipeline.topic(t) for t in pipeline.sink_tables(sink)]) for sink in SINKS}
+    ends: dict[str, dict[str, dict[int, int]]] = {
+        sink: lag.end_offsets(stack, [pipeline.topic(t) for t in pipeline.sink_tables(sink)]) for sink in SINKS}
 
     caught_at: dict[str, float] = {}  # each sink's catch-up, seconds after the writers stopped
 

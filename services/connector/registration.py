@@ -71,7 +71,7 @@ def check_excluded_columns(conn: psycopg.Connection, schema: str, table: str, ex
         """,
         (schema, table),
     ).fetchall()
-    in_key = dict(rows)
+    in_key: dict[str, bool] = dict(rows)  # column name -> part of the primary key
     unknown = [column for column in excluded if column not in in_key]
     if unknown:
         raise StackError(

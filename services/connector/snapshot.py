@@ -47,6 +47,7 @@ from services.connector.snapshot_watch import (
 )
 from services.console import console, load_settings, user_errors
 from services.db.cli import first_line
+from services.db.rows import scalar
 from services.settings import StackSettings
 from services.stack import kafka, postgres
 from spark_jobs.config import PipelineConfig
@@ -141,7 +142,7 @@ def estimate_rows(settings: StackSettings, pipeline: PipelineConfig, table: str,
         with psycopg.connect(_cdc_conninfo(settings)) as conn:
             conn.read_only = True
             conn.execute("SET statement_timeout = '60s'")
-            return int(conn.execute(query).fetchone()[0])
+            return int(scalar(conn, query))
     except psycopg.OperationalError as exc:
         raise SnapshotError(f"cannot connect to PostgreSQL as {settings.cdc_user}: {first_line(exc)}") from exc
     except psycopg.Error as exc:
@@ -167,7 +168,7 @@ def _insert_signal(settings: StackSettings, pipeline: PipelineConfig, signal_id:
         sql.Identifier(pipeline.source.support_schema_name, capture.SIGNAL_TABLE)
     )
     with psycopg.connect(postgres.conninfo(settings)) as conn:
-        before = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0]
+        before = scalar(conn, "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
         conn.execute(statement, (signal_id, kind, payload))
     return int(before)
 

@@ -9,6 +9,7 @@ import psycopg
 import typer
 
 from services.console import console, load_settings, user_errors
+from services.db.rows import scalar
 from services.demo import load as demo_load
 from services.demo import workload
 from services.stack import postgres
@@ -38,7 +39,7 @@ def load_command(
         conninfo = postgres.conninfo(settings)
         try:
             with psycopg.connect(conninfo, autocommit=True) as conn:
-                if conn.execute("SELECT count(*) FROM customers").fetchone()[0] == 0:
+                if scalar(conn, "SELECT count(*) FROM customers") == 0:
                     workload.seed(conn, random.Random(seed))  # every operation needs something to act on
         except psycopg.OperationalError as exc:
             raise StackError(f"cannot reach PostgreSQL: {str(exc).strip().splitlines()[0]} — is the stack up?") from exc

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 import psycopg
 
+from services.db.rows import scalar
 from services.demo import workload
 
 # Concurrent operations on the same rows can collide (a renumbered item, a customer deleted while an
@@ -138,10 +139,11 @@ def row_changes(conn: psycopg.Connection) -> int:
     """Inserted + updated + deleted rows of the demo tables so far (PostgreSQL's statistics counters;
     a statement that failed still counts the rows it had changed)."""
     conn.execute("SELECT pg_stat_force_next_flush()")  # this session's counts; others flush within a second
-    return conn.execute(
+    return scalar(
+        conn,
         "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint FROM pg_stat_user_tables "
         "WHERE relname = ANY(%s)", (list(DEMO_TABLES),),
-    ).fetchone()[0]
+    )
 
 
 def settled_row_changes(conn: psycopg.Connection, timeout_s: float = 5.0) -> int:
@@ -268,6 +270,8 @@ class _LoadProcess:
         threading.Thread(target=self._read, daemon=True, name="load-process-reader").start()
 
     def send(self, message: dict) -> None:
+        if self.proc.stdin is None:  # never: started with stdin=PIPE
+            return
         try:
             self.proc.stdin.write(json.dumps(message) + "\n")
             self.proc.stdin.flush()
@@ -275,7 +279,7 @@ class _LoadProcess:
             pass  # it has ended; its report (or its absence) says why
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
+        for line in self.proc.stdout or ():  # stdout=PIPE: never None
             message = json.loads(line)
             if "ready" in message:
                 self.ready.set()
@@ -320,7 +324,12 @@ def _child() -> None:
     if not first:
         return
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()  # EOF: stop
+
+    def stop_at_eof() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=stop_at_eof, daemon=True).start()
     report = _threads(job["conninfo"], job["rate"], job["duration_s"], job["seed"], range(job["first"], job["last"]),
                       stop, lambda progress: say({"progress": asdict(progress)}), began=json.loads(first)["start"])
     say({"report": asdict(report)})

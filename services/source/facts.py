@@ -7,10 +7,12 @@ only catalogue views and settings every role may read, so reading never fails fo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 
 from migrations import capture
+from services.db.rows import scalar
 from spark_jobs.config import PipelineConfig
 
 
@@ -102,23 +104,26 @@ def _role(conn: psycopg.Connection, name: str) -> Role | None:
     return Role(*row) if row else None
 
 
-def _one(conn: psycopg.Connection, query: str, *args: object) -> object:
-    return conn.execute(query, args).fetchone()[0]
+def _one(conn: psycopg.Connection, query: str, *args: object) -> Any:
+    return scalar(conn, query, args)
 
 
 def read(conn: psycopg.Connection, cdc_user: str, pipeline: PipelineConfig) -> SourceFacts:
     """The facts preflight checks, for `pipeline` captured by `cdc_user`."""
     source = pipeline.source
-    me = _role(conn, conn.execute("SELECT current_user").fetchone()[0])
+    me = _role(conn, scalar(conn, "SELECT current_user"))
+    if me is None:  # never: the role this session runs as is in pg_roles
+        raise psycopg.ProgrammingError("the connected user has no row in pg_roles")
     cdc = _role(conn, cdc_user)
     rows = conn.execute(_TABLES, {"cdc_exists": cdc is not None, "cdc": cdc_user, "publication": source.publication,
                                   "schema": source.schema_name, "tables": list(pipeline.tables)}).fetchall()
     support = capture.support_tables(pipeline)
-    found_support = conn.execute(
+    found_support = scalar(
+        conn,
         "SELECT count(*) FROM pg_tables "
         "WHERE (schemaname, tablename) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
         ([s for s, _ in support], [t for _, t in support]),
-    ).fetchone()[0]
+    )
     # pg_settings gives max_slot_wal_keep_size in MB (its unit) on every server that has it (13 and later).
     keep = conn.execute("SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'").fetchone()
     return SourceFacts(

@@ -9,6 +9,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from services.db.rows import scalar
 from services.settings import StackSettings
 from services.stack.process import chown_tree, service_home, unprivileged_user
 from services.stack.service import Service, StackError, Unhealthy
@@ -127,7 +128,7 @@ def probe(settings: StackSettings) -> str:
     database = settings.postgres_db if settings.source_external else "postgres"
     try:
         with psycopg.connect(conninfo(settings, database)) as conn:
-            wal_level = conn.execute("SHOW wal_level").fetchone()[0]
+            wal_level = scalar(conn, "SHOW wal_level")
     except psycopg.OperationalError as exc:
         message = str(exc).strip().splitlines()[0]
         if "password authentication failed" in message and not settings.source_external:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from pathlib import Path
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
@@ -60,7 +61,8 @@ def collect(settings: StackSettings, pipeline: PipelineConfig) -> Status:
 
 def source_figures(settings: StackSettings, pipeline: PipelineConfig, problems: list[str]) -> SourceFigures:
     name, slot_name = pipeline.source.connector, pipeline.source.slot
-    state, tasks = "unreachable", ()
+    state = "unreachable"
+    tasks: tuple[TaskFigures, ...] = ()
     try:
         with ConnectApi(kafka.connect_url(settings), timeout=5.0) as api:
             reported = api.status(name)
@@ -95,12 +97,12 @@ def sink_figures(
 ) -> tuple[SinkFigures, ...]:
     jobs = driver.job_settings(settings)
     views = {sink: {table: pipeline.topic(table) for table in pipeline.sink_tables(sink)} for sink in SINKS}
-    checkpoints = {sink: jobs.checkpoint_dir / sink for sink in SINKS}
+    checkpoints: dict[str, Path] = {sink: jobs.checkpoint_dir / sink for sink in SINKS}
     try:
         # A real-time query commits at its epochs' ends only: what its writers applied since counts too.
         committed = lag.positions(settings, checkpoints, jobs.realtime_sinks, BOOTSTRAP_TIMEOUT_MS)
-        topics = sorted({topic for names in views.values() for topic in names.values()})
-        ends = lag.end_offsets(settings, topics, BOOTSTRAP_TIMEOUT_MS)
+        every_topic = sorted({topic for names in views.values() for topic in names.values()})
+        ends = lag.end_offsets(settings, every_topic, BOOTSTRAP_TIMEOUT_MS)
         wanted = {span for sink, topics in views.items() for topic in topics.values()
                   for span in spans(topic, committed[sink].get(topic, {}), ends.get(topic, {}))}
         times = commit_times(settings, wanted)

@@ -91,7 +91,8 @@ class Status:
 def total(counts: Iterable[int | None]) -> int | None:
     """The sum, or None if any part is unknown."""
     parts = list(counts)
-    return None if any(part is None for part in parts) else sum(parts)
+    known = [part for part in parts if part is not None]
+    return None if len(known) < len(parts) else sum(known)
 
 
 def newest(times: Iterable[int | None]) -> int | None:

@@ -44,14 +44,14 @@ def _sink_metrics(status: Status) -> Iterator[GaugeMetricFamily]:
     for sink in status.sinks:
         for table in sink.tables:
             labels = [sink.sink, table.table]
-            if table.records_behind is None:
-                continue  # Kafka could not be read: no figure rather than a false 0
+            if table.records_behind is None or table.dead_letters is None:
+                continue  # Kafka could not be read (both are None then): no figure rather than a false 0
             behind.add_metric(labels, table.records_behind)
             dead.add_metric(labels, table.dead_letters)
-            if table.newest_applied_commit_ms is not None:
-                applied.add_metric(labels, age_s(now, table.newest_applied_commit_ms))
-            if table.oldest_unapplied_commit_ms is not None:
-                unapplied.add_metric(labels, age_s(now, table.oldest_unapplied_commit_ms))
+            if (newest_age := age_s(now, table.newest_applied_commit_ms)) is not None:
+                applied.add_metric(labels, newest_age)
+            if (oldest_age := age_s(now, table.oldest_unapplied_commit_ms)) is not None:
+                unapplied.add_metric(labels, oldest_age)
             elif table.records_behind == 0:
                 unapplied.add_metric(labels, 0.0)
         for name in QUERY_STATES:

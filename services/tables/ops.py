@@ -63,6 +63,7 @@ def table_views(found: introspect.Found, choice: ViewChoice) -> TableConfig:
     if unknown:
         raise StackError(f"--search names {', '.join(unknown)}, not a column of {found.name}: "
                          f"choose from {', '.join(found.schema.columns)}")
+    assert guessed.search is not None, "introspect.views always guesses a search view"
     search = {"text": choice.text if choice.text is not None else guessed.search.text}
     return TableConfig.model_validate({
         **({"search": search} if choice.search else {}),

@@ -15,7 +15,7 @@ from rich.table import Column
 
 from migrations import capture
 from services.console import console, errors, load_settings, reporter, user_errors
-from services.settings import StackSettings
+from services.settings import ENV_FILE, StackSettings
 from services.stack import runner
 from services.stack.runner import Report
 from services.up import lifecycle, usage
@@ -95,7 +95,7 @@ def tide_path() -> str:
 def print_usage(settings: StackSettings) -> None:
     with user_errors():
         pipeline = capture.load_pipeline(settings)
-    for section in usage.sections(settings, pipeline, Path(StackSettings.model_config["env_file"])):
+    for section in usage.sections(settings, pipeline, ENV_FILE):
         console.print()
         console.print(section.title, highlight=False, markup=False, soft_wrap=True)
         for command in section.commands:

@@ -20,6 +20,7 @@ from migrations import capture
 from services.api import server
 from services.connector import registration
 from services.db.cli import database_errors, first_line
+from services.db.rows import scalar
 from services.demo import workload
 from services.jobs import driver
 from services.settings import StackSettings
@@ -76,12 +77,12 @@ def load_demo(settings: StackSettings, report: Report) -> str:
     """The small fixed demo data set, in one transaction, unless the source already has customers."""
     try:
         with psycopg.connect(postgres.conninfo(settings), autocommit=True) as conn:
-            if conn.execute("SELECT EXISTS (SELECT 1 FROM customers)").fetchone()[0]:
+            if scalar(conn, "SELECT EXISTS (SELECT 1 FROM customers)"):
                 return "skipped: customers already has rows"
             with conn.transaction():
                 workload.seed(conn, random.Random(DEMO_SEED))
             counts = [
-                f"{conn.execute(f'SELECT count(*) FROM {table}').fetchone()[0]} {table}"
+                f"{scalar(conn, f'SELECT count(*) FROM {table}')} {table}"
                 for table in ("customers", "products", "orders", "order_items")
             ]
     except psycopg.Error as exc:

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
@@ -257,10 +257,11 @@ def selection(
     bad_sinks = [sink for sink in chosen_sinks if sink not in SINKS]
     if bad_sinks:
         raise VerifyError(f"unknown sink {', '.join(bad_sinks)}: choose from {', '.join(SINKS)}")
+    known_sinks = cast(list[SinkName], chosen_sinks)  # every name checked against SINKS just above
     plan = []
     for table in pipeline.tables:
         if table in chosen_tables:
-            wanted = [sink for sink in chosen_sinks if table in pipeline.sink_tables(sink)]
+            wanted = [sink for sink in known_sinks if table in pipeline.sink_tables(sink)]
             if wanted:
                 plan.append((table, wanted))
     if not plan:
@@ -282,11 +283,11 @@ def _sink_pairs(
         alias = (search.index if search else None) or table
         return ((row_id, canon.digest(row)) for row_id, row in readers.search_rows(targets.es_url, alias))
     if sink == "cache":
-        rows = readers.cache_rows(targets.redis_url, canon.shape, targets.redis_prefix)
-        return ((row_id, canon.digest(row)) for row_id, row in rows)
+        cached = readers.cache_rows(targets.redis_url, canon.shape, targets.redis_prefix)
+        return ((row_id, canon.digest(row)) for row_id, row in cached)
     # The warehouse is keyed by its columns, not by a stored id: the id is derived as for PostgreSQL.
-    rows = readers.warehouse_rows(targets.warehouse_dir / table, canon.shape)
-    return ((_warehouse_id(canon, row), canon.digest(row)) for row in rows)
+    stored = readers.warehouse_rows(targets.warehouse_dir / table, canon.shape)
+    return ((_warehouse_id(canon, row), canon.digest(row)) for row in stored)
 
 
 def _warehouse_id(canon: Canonicaliser, row: dict) -> str:

@@ -60,8 +60,9 @@ def oracle_query(plan: AggregatePlan, schema: str) -> sql.Composed:
             return sql.SQL("count(*) FILTER (WHERE {})").format(condition(m.where))
         return sql.SQL("coalesce(sum({}) FILTER (WHERE {}), 0)").format(column(m.side, m.column), condition(m.where))
 
-    join = sql.SQL("")
+    join: sql.Composable = sql.SQL("")
     if plan.join_table:
+        assert plan.join_key is not None and plan.join_foreign_key is not None, "set with join_table (aggregates.plan)"
         join = sql.SQL(" JOIN {}.{} j ON j.{} = r.{}").format(
             sql.Identifier(schema), sql.Identifier(plan.join_table),
             sql.Identifier(plan.join_key), sql.Identifier(plan.join_foreign_key),

@@ -55,6 +55,7 @@ def join_query(schema: str, view: NestedView, shapes: Mapping[str, TableShape]) 
             parts += [sql.Literal(field), sql.SQL("{}.{}").format(sql.Identifier(alias), sql.Identifier(field))]
         table = node_table(node)
         for name, parent in node.parents.items():
+            assert parent.join_column is not None, "pipeline.yaml's validation requires a parent's join_column"
             inner = next(aliases)
             parts += [sql.Literal(name), sql.SQL("(SELECT {} FROM {}.{} {} WHERE {}.{} = {}.{})").format(
                 document(parent, inner), sql.Identifier(schema), sql.Identifier(parent.table), sql.Identifier(inner),

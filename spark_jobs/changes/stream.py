@@ -134,7 +134,7 @@ def decode_stream(records: DataFrame, tables: Iterable[str],
 
 @reused
 def _decoding(wanted: tuple[str, ...], local_times: tuple[tuple[str, str], ...],
-              headers: bool) -> tuple[list[Column], list[Column], list[Column]]:
+              headers: bool) -> tuple[list[Column | str], list[Column | str], list[Column]]:
     """The decoder's three projections. Spark runs `from_json` and higher-order functions (lambdas)
     interpreted, and a projection holding one of them is generated again by every task instead of
     joining the stage's generated code. So they stand in two small projections of their own: the
@@ -142,7 +142,7 @@ def _decoding(wanted: tuple[str, ...], local_times: tuple[tuple[str, str], ...],
     every rule, is plain expressions. Each parsed column is used several times downstream, which also
     keeps Spark from merging a projection into the next (it would parse the JSON again per use)."""
     value = F.from_json(F.col("value").cast("string"), _VALUE)
-    parsed = [
+    parsed: list[Column | str] = [
         "topic", "partition", "offset", "value",
         F.coalesce(value["payload"], F.struct(value["after"], value["source"], value["op"])).alias("_e"),
         _key_map(F.col("key")).alias("_key"),
@@ -152,7 +152,7 @@ def _decoding(wanted: tuple[str, ...], local_times: tuple[tuple[str, str], ...],
     e = F.col("_e")
     kept = _local_times(F.map_filter(e["after"], lambda _, v: v.isNull() | ~_placeholder(v)), e["source"]["table"],
                         dict(local_times))
-    unpacked = ["topic", "partition", "offset", "value", "_e", "_key", "_old_key", "_new_key",
+    unpacked: list[Column | str] = ["topic", "partition", "offset", "value", "_e", "_key", "_old_key", "_new_key",
                 F.from_json(e["source"]["sequence"], "array<string>").alias("_sequence"), kept.alias("_after")]
     key, op, source = F.col("_key"), e["op"], e["source"]
     version = version_column(source, F.col("_sequence"))
