@@ -53,15 +53,36 @@ def newer(older: Column, change: Column) -> Column:
         after=F.map_concat(change["after"], wanted),
         unavailable=F.array_except(change["unavailable"], F.map_keys(older["after"])),
         filled=F.map_concat(change["filled"], filled),
+        # The row moved here from another key in this batch: what is still unavailable is that key's.
+        old_row_id=F.coalesce(change["old_row_id"], older["old_row_id"]),
     )
     return F.when(change["after"].isNull() | older["after"].isNull(), change).otherwise(merged)
 
 
 def newest_per_row(changes: DataFrame) -> DataFrame:
     """One `CHANGE` row per (table, row), per table's truncates and per dead letter: the newest, with
-    unchanged-TOAST columns filled as the module says. One shuffle (Spark's default parallelism)."""
+    unchanged-TOAST columns filled as the module says. One shuffle (Spark's default parallelism), and a
+    broadcast of the batch's primary-key moves (`_moved_images`)."""
     group, gathered, folded = _folding()
-    return changes.groupBy(group).agg(gathered).select(folded).select("_c.*")
+    return changes.unionByName(_moved_images(changes)).groupBy(group).agg(gathered).select(folded).select("_c.*")
+
+
+def _moved_images(changes: DataFrame) -> DataFrame:
+    """A primary-key move (`old_row_id`) whose unchanged-TOAST columns the row had under its old key:
+    the batch's upserts of the old key older than the move, given the new key, so that the fold fills
+    the move from them like any older change of the row (`filled` records their version). Without
+    them the newest change of the old key, the move's delete, would hide an update of the same batch,
+    and a sink would take the value it held before that update."""
+    moves = changes.where(F.col("error").isNull() & F.col("after").isNotNull() & F.col("old_row_id").isNotNull()
+                          & (F.size("unavailable") > 0)).select(
+        F.col("table").alias("_table"), F.col("old_row_id").alias("_old"), F.col("row_id").alias("_new"),
+        F.col("key").alias("_key"), F.col("version").alias("_move"))
+    upserts = changes.where(F.col("error").isNull() & F.col("after").isNotNull())
+    older_of_old_key = ((upserts["table"] == moves["_table"]) & (upserts["row_id"] == moves["_old"])
+                        & (upserts["version"] < moves["_move"]))
+    found = upserts.join(F.broadcast(moves), older_of_old_key)
+    renamed = {"row_id": F.col("_new"), "key": F.col("_key"), "old_row_id": F.lit(None).cast("string")}
+    return found.select(*(renamed.get(name, F.col(name)).alias(name) for name in FIELDS))
 
 
 @reused

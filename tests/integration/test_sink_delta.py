@@ -1,7 +1,8 @@
 """The Delta Lake sinks on real Spark + Delta (local files), through `sink.write(Batch(...))` as the
-pipeline calls them: MERGE guard, deletes and tombstones, TOAST and the fill-version rule, primary-key
-moves, truncates, schema evolution, type conflicts, composite keys, replays that commit nothing; then
-the analytics sink's SCD2 history and event-time windows."""
+pipeline calls them: what Delta adds to the contract every sink keeps
+(tests/integration/test_sink_contract.py): exact types, schema evolution, type conflicts, replays that
+commit nothing, no code compiled per batch; then the analytics sink's SCD2 history and event-time
+windows."""
 
 from __future__ import annotations
 
@@ -186,12 +187,9 @@ def test_a_value_that_cannot_be_stored_is_rejected_with_the_reason_and_the_rest_
     assert set(rows(spark, sink, "products")) == {3} and rows(spark, sink, "products")[3]["price"] == Decimal("2.50")
 
 
-def test_older_change_after_newer_is_ignored_and_a_replayed_batch_commits_nothing(spark, sink):
+def test_a_replayed_batch_commits_nothing_to_any_table(spark, sink):
+    """Beyond the contract's unchanged rows (tests/integration/test_sink_contract.py): no Delta commit."""
     write(spark, sink, [product((5, 1), key=1), product((5, 2), key=2), product((5, 3), key=3, op="d")], 0)
-    write(spark, sink, [product((4, 9), key=1, name="older"), product((5, 2), key=2, name="same version")], 1)
-    found = rows(spark, sink, "products")
-    assert found[1]["name"] == "v(5, 1)" and found[2]["name"] == "v(5, 2)"
-
     changes = [product((6, 1), key=1), product((6, 2), key=2, op="d"), product((6, 3), key=4),
                truncate((6, 0)), item((6, 4), 1, 1)]
     write(spark, sink, changes, 2)
@@ -200,56 +198,6 @@ def test_older_change_after_newer_is_ignored_and_a_replayed_batch_commits_nothin
     assert write(spark, sink, changes, 2) == []
     assert rows(spark, sink, "products") == before and set(before) == {1, 4}
     assert versions(spark, *paths) == held, "a replay must not add commits to any table"
-
-
-def test_a_deleted_row_is_not_resurrected_by_a_late_older_upsert(spark, sink):
-    write(spark, sink, [product((1, 1), key=1)], 0)
-    write(spark, sink, [product((3, 0), key=1, op="d"), product((3, 1), key=2, op="d")], 1)
-    write(spark, sink, [product((2, 0), key=1), product((2, 5), key=2)], 2)
-    assert rows(spark, sink, "products") == {}
-    tombstones = spark.read.format("delta").load(sink.tombstones_path).collect()
-    assert {(t["row_id"], t["major"], t["minor"]) for t in tombstones} == {("1", 3, 0), ("2", 3, 1)}
-    write(spark, sink, [product((4, 0), key=1)], 3)  # a newer re-insert is a new life of the row
-    assert set(rows(spark, sink, "products")) == {1}
-
-
-def test_unchanged_toast_column_keeps_the_stored_value(spark, sink):
-    write(spark, sink, [product((1, 1), description="x" * 20_000)], 0)
-    write(spark, sink, [product((2, 1), unavailable={"description"}, price="9.99")], 1)
-    row = rows(spark, sink, "products")[1]
-    assert row["description"] == "x" * 20_000 and row["price"] == Decimal("9.99") and row["name"] == "v(2, 1)"
-
-
-def test_a_stale_full_image_in_the_batch_does_not_overwrite_a_newer_stored_toast_value(spark, sink):
-    """tests/stale_fill.py's case: the batch's update (version 10) has the placeholder; an old full
-    image (version 5, D0) of the row sent again fills it. Key 1 is stored at version 8 (D1: kept), key
-    2 at version 4 (D0 wins), key 3 is not stored (D0)."""
-    write(spark, sink, [product((8, 0), key=1, description="D1"), product((4, 0), key=2, description="D-before")], 0)
-    changes = [c for key in (1, 2, 3) for c in (product((10, 0), key=key, unavailable={"description"}),
-                                                 product((5, 0), key=key, description="D0"))]
-    assert write(spark, sink, changes, 1) == []
-    found = rows(spark, sink, "products")
-    for key, description in {1: "D1", 2: "D0", 3: "D0"}.items():
-        assert (found[key]["description"], found[key]["name"]) == (description, "v(10, 0)"), key
-        assert (found[key][VERSION_MAJOR], found[key][VERSION_MINOR]) == (10, 0)
-
-
-def test_truncate_removes_rows_below_the_watermark_and_keeps_later_ones(spark, sink):
-    write(spark, sink, [item((1, 1), 1, 1), item((1, 2), 1, 2), item((9, 1), 3, 1)], 0)
-    assert write(spark, sink, [truncate((5, 0))], 1) == []
-    assert write(spark, sink, [item((6, 0), 2, 1), item((4, 9), 2, 2)], 2) == []
-    assert set(rows(spark, sink, "order_items")) == {(3, 1), (2, 1)}
-    write(spark, sink, [item((3, 0), 1, 1, quantity="5"), truncate((2, 0))], 3)
-    assert set(rows(spark, sink, "order_items")) == {(3, 1), (2, 1)}, "older upsert and older truncate change nothing"
-    write(spark, sink, [item((7, 0), 4, 1), truncate((7, 5)), item((7, 9), 5, 1)], 4)
-    assert set(rows(spark, sink, "order_items")) == {(3, 1), (5, 1)}, "a truncate in the batch orders with its changes"
-
-
-def test_composite_key_rows_are_merged_per_key(spark, sink):
-    write(spark, sink, [item((1, 1), 1, 1), item((1, 2), 1, 2), item((1, 3), 2, 1)], 0)
-    write(spark, sink, [item((2, 1), 1, 2, quantity="7"), item((2, 2), 1, 1, op="d")], 1)
-    found = rows(spark, sink, "order_items")
-    assert set(found) == {(1, 2), (2, 1)} and found[(1, 2)]["quantity"] == 7 and found[(2, 1)]["quantity"] == 1
 
 
 def test_a_column_added_at_the_source_appears_without_a_restart_and_older_rows_read_null(spark, sink):
@@ -319,49 +267,6 @@ def test_a_table_whose_create_was_killed_before_its_first_commit_is_created_on_t
 
 
 # ---------------------------------------------------------------- primary-key moves (issue 15, item 7)
-
-LONG = "toasted " * 3_000
-
-
-def moved(version, old_key, new_key, *, description: str | None = None) -> list[dict]:
-    """`UPDATE products SET id = new WHERE id = old` as Debezium sends it: a delete of the old key
-    (moved) and a create of the new one, whose unchanged TOASTed description is the placeholder."""
-    delete = change(version, "d", "products", old_key, moved=True)
-    values = {} if description is None else {"description": description}
-    create = product(version, key=new_key, op="c", unavailable=() if description else {"description"}, **values)
-    create["old_row_id"] = str(old_key)
-    return [delete, create]
-
-
-def test_a_primary_key_move_keeps_the_toasted_column_from_the_old_row_in_the_same_batch(spark, sink):
-    write(spark, sink, [product((1, 1), key=1, description=LONG)], 0)
-    write(spark, sink, moved((2, 1), 1, 100), 1)
-    found = rows(spark, sink, "products")
-    assert set(found) == {100} and found[100]["description"] == LONG and found[100]["name"] == "v(2, 1)"
-
-
-def test_a_primary_key_move_whose_delete_came_in_an_earlier_batch_takes_the_value_from_the_tombstone(spark, sink):
-    write(spark, sink, [product((1, 1), key=1, description=LONG)], 0)
-    delete, create = moved((2, 1), 1, 100)
-    write(spark, sink, [delete], 1)
-    assert rows(spark, sink, "products") == {}
-    write(spark, sink, [create], 2)
-    assert rows(spark, sink, "products")[100]["description"] == LONG
-
-
-def test_a_primary_key_move_whose_create_came_first_reads_the_old_row_still_held(spark, sink):
-    write(spark, sink, [product((1, 1), key=1, description=LONG)], 0)
-    delete, create = moved((2, 1), 1, 100)
-    write(spark, sink, [create], 1)
-    write(spark, sink, [delete], 2)
-    assert rows(spark, sink, "products")[100]["description"] == LONG
-
-
-def test_a_primary_key_move_of_a_row_changed_in_the_same_batch_takes_that_change(spark, sink):
-    write(spark, sink, [product((1, 1), key=1, description="old text")], 0)
-    write(spark, sink, [product((2, 0), key=1, description=LONG), *moved((2, 1), 1, 100)], 1)
-    assert rows(spark, sink, "products")[100]["description"] == LONG
-
 
 # ---------------------------------------------------------------- SCD2 history and event-time windows
 

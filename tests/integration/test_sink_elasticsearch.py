@@ -1,5 +1,6 @@
-"""The search sink against a real Elasticsearch node, through Spark: guard, deletes, TOAST, primary-key
-moves, truncate, mappings from the catalogue, aliases, concurrent writers."""
+"""The search sink against a real Elasticsearch node, through Spark: what Elasticsearch adds to the
+contract every sink keeps (tests/integration/test_sink_contract.py): mappings from the catalogue,
+documents, replays that write nothing, aliases and rebuilds, concurrent writers."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES, WATERMARKS
 from spark_jobs.sinks.elasticsearch._store import below
-from tests import stale_fill
 from tests.demo_catalogue import demo_catalogue
 from tests.sink_batches import apply
 from tests.unit.spark_frames import change
@@ -104,14 +104,8 @@ def test_upsert_is_stored_exactly_with_a_typed_mapping_and_is_searchable(sink, e
     assert es.count(index=alias, query={"range": {"price": {"gte": 12.5, "lte": 12.5}}})["count"] == 1
 
 
-def test_an_older_change_after_a_newer_one_is_ignored(sink, es, spark):
-    assert apply(sink, spark, [product((100, 5), name="new")]) == {}
-    assert apply(sink, spark, [product((100, 4), name="old"), product((99, 9), name="older")]) == {}
-    doc = source(es, sink.alias("products"), "1")
-    assert doc["name"] == "new" and (doc[VERSION_MAJOR], doc[VERSION_MINOR]) == (100, 5)
-
-
-def test_replaying_an_equal_version_changes_nothing(sink, es, spark):
+def test_a_replay_is_not_even_written(sink, es, spark):
+    """Beyond the contract's unchanged content: Elasticsearch takes no write at all (same `_seq_no`)."""
     alias, once = sink.alias("products"), product((50, 1), name="once")
     apply(sink, spark, [once])
     before = es.get(index=alias, id="1")
@@ -121,73 +115,14 @@ def test_replaying_an_equal_version_changes_nothing(sink, es, spark):
     assert after["_seq_no"] == before["_seq_no"] and after["_source"] == before["_source"]
 
 
-def test_a_deleted_row_is_not_resurrected_by_a_late_older_change(sink, es, spark):
-    alias = sink.alias("products")
-    apply(sink, spark, [product((10, 1), key=3)])
-    assert apply(sink, spark, [product((20, 1), key=3, op="d")]) == {}
-    assert source(es, alias, "3") is None
-    tombstone = source(es, TOMBSTONES, f"{alias}/3")
-    assert (tombstone[VERSION_MAJOR], tombstone[VERSION_MINOR]) == (20, 1)
-    assert apply(sink, spark, [product((15, 1), key=3, name="late")]) == {}
-    assert source(es, alias, "3") is None, "the tombstone remembers the delete"
-    assert apply(sink, spark, [product((20, 1), key=3, op="d")]) == {}, "a replayed delete is a no-op"
-    apply(sink, spark, [product((30, 1), key=3, name="re-inserted")])
-    assert source(es, alias, "3")["name"] == "re-inserted", "a newer insert after the delete is applied"
-
-
-def test_an_unchanged_toast_column_keeps_the_stored_value(sink, es, spark):
+def test_a_json_column_is_replaced_whole_beside_an_unchanged_toast_column(sink, es, spark):
     long_text = "kept " * 5000
-    apply(sink, spark, [product((1, 1), key=2, description=long_text, name="before")])
-    update = change((2, 0), key=2, after={"id": "2", "name": "Toast mug", "price": "6.00"},
-                    unavailable=("description",))
-    assert apply(sink, spark, [update]) == {}
-    doc = source(es, sink.alias("products"), "2")
-    assert doc["description"] == long_text and doc["name"] == "Toast mug" and doc["price"] == "6.00"
+    apply(sink, spark, [product((1, 1), key=2, description=long_text, attributes='{"color": "red", "size": "M"}')])
     objects = change((3, 0), key=2, after={"id": "2", "attributes": '{"size": "L"}'}, unavailable=("description",))
     assert apply(sink, spark, [objects]) == {}
     doc = source(es, sink.alias("products"), "2")
     assert doc["attributes"] == {"size": "L"}, "a json column is replaced, not merged field by field"
     assert doc["description"] == long_text
-
-
-def test_a_primary_key_change_keeps_the_unchanged_toast_column_in_either_order(sink, es, spark):
-    alias = sink.alias("products")
-    for old, new, together in ((1, 101, True), (2, 102, False)):
-        apply(sink, spark, [product((5, 0), key=old, description=f"long {old}")])
-        delete = {**product((6, 1), key=old, op="d"), "moved": True}
-        create = change((6, 1), op="c", key=new, after={"id": str(new), "name": "n"}, unavailable=("description",),
-                        old_row_id=str(old))
-        if together:
-            assert apply(sink, spark, [create, delete]) == {}
-        else:  # the delete applied in an earlier batch: the value comes from its tombstone's image
-            assert apply(sink, spark, [delete]) == {} and apply(sink, spark, [create]) == {}
-        assert source(es, alias, str(new))["description"] == f"long {old}"
-        assert source(es, alias, str(old)) is None
-
-
-def test_a_stale_full_image_in_the_batch_does_not_overwrite_a_newer_stored_toast_value(sink, es, spark):
-    assert apply(sink, spark, stale_fill.stored_first()) == {}
-    assert apply(sink, spark, stale_fill.batch()) == {}
-    for key, description in stale_fill.EXPECTED.items():
-        doc = source(es, sink.alias("products"), str(key))
-        assert (doc["description"], doc["name"]) == (description, f"v{stale_fill.UPDATE}"), key
-        assert (doc[VERSION_MAJOR], doc[VERSION_MINOR]) == stale_fill.UPDATE
-
-
-def test_truncate_removes_rows_below_the_watermark_and_keeps_newer_ones(sink, es, spark):
-    alias = sink.alias("products")
-    apply(sink, spark, [product((10, 1), key=1), product((30, 0), key=2), product((20, 0), key=3)])
-    assert apply(sink, spark, [change((20, 0), op="t")]) == {}
-    assert source(es, alias, "1") is None
-    assert source(es, alias, "2") is not None, "written after the truncate"
-    assert source(es, alias, "3") is not None, "(20, 0) is the truncate's own position, not below it"
-    mark = source(es, WATERMARKS, alias)
-    assert (mark[VERSION_MAJOR], mark[VERSION_MINOR]) == (20, 0)
-    assert apply(sink, spark, [product((15, 0), key=1, name="late")]) == {}
-    assert source(es, alias, "1") is None, "a late older change cannot resurrect a truncated row"
-    assert apply(sink, spark, [change((12, 0), op="t")]) == {}
-    assert source(es, WATERMARKS, alias)[VERSION_MAJOR] == 20, "the watermark never goes back"
-    assert source(es, alias, "2") is not None
 
 
 def with_columns(**columns: Column) -> dict:
@@ -220,16 +155,6 @@ def test_incompatible_changes_are_rejected_and_the_rest_is_applied(sink, es, spa
     assert "document_parsing_exception" in rejected[0] and "mapping conflict on sku.code" in rejected[1]
     assert source(es, alias, "4")["name"] == "fine"
     assert source(es, alias, "1") is None and source(es, alias, "2") is None
-
-
-def test_a_composite_key_is_a_json_list_id(sink, es, spark):
-    alias, key = sink.alias("order_items"), {"order_id": "7", "line_no": "2"}
-    row = {**key, "product_id": "1", "quantity": "3", "unit_price": "4.10"}
-    assert apply(sink, spark, [change((5, 5), op="c", table="order_items", key=key, after=row)]) == {}
-    assert source(es, alias, "[7,2]")["unit_price"] == "4.10"
-    assert apply(sink, spark, [change((6, 6), op="d", table="order_items", key=key)]) == {}
-    assert source(es, alias, "[7,2]") is None
-    assert source(es, TOMBSTONES, f"{alias}/[7,2]")[VERSION_MAJOR] == 6
 
 
 def test_a_rebuild_fills_a_new_version_and_the_alias_swaps_atomically(sink, es, spark):

@@ -1,5 +1,6 @@
-"""The Redis cache sink against a real Redis, through Spark: version guard, deletes, TOAST, primary-key
-moves, truncates, batching, atomicity, aggregates."""
+"""The Redis cache sink against a real Redis, through Spark: what Redis adds to the contract every sink
+keeps (tests/integration/test_sink_contract.py): its keys and encoding, batching, atomicity,
+concurrent writers, aggregates, clearing."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from spark_jobs.sinks.redis import ENCODING, RedisSink, decode_row, read_types
 from spark_jobs.sinks.redis._commands import commands
 from spark_jobs.sinks.redis._scripts import Script
 from spark_jobs.sinks.redis._ship import Shipper
-from tests import stale_fill
 from tests.demo_catalogue import demo_catalogue
 from tests.sink_batches import apply
 from tests.unit.spark_frames import change, frame
@@ -78,50 +78,16 @@ def test_an_upsert_is_stored_as_text_and_reads_back_typed(sink, client, prefix, 
     assert row["description"] is None and row["price"] == "12.50"
 
 
-def test_older_change_after_newer_is_ignored(sink, client, prefix, spark):
-    apply(sink, spark, [change((5, 2))])
-    apply(sink, spark, [change((5, 1)), change((4, 9))])
-    assert client.hget(f"{prefix}products:1", "name") == b"v(5, 2)"
-
-
-def test_equal_version_replay_changes_nothing(sink, client, prefix, spark):
-    batch = [change((5, 5), key=1), change((5, 6), key=2), change((6, 0), op="d", key=3)]
-    apply(sink, spark, batch)
-    before = {key: client.hgetall(key) for key in client.scan_iter(match=f"{prefix}*")}
-    apply(sink, spark, batch)
-    # Same version, different content: still a replay, never applied.
-    apply(sink, spark, [change((5, 5), key=1, after={"id": "1", "name": "impostor"})])
-    assert {key: client.hgetall(key) for key in client.scan_iter(match=f"{prefix}*")} == before
-
-
-def test_delete_then_late_older_upsert_does_not_resurrect(sink, client, prefix, spark):
+def test_a_tombstone_is_a_hash_of_the_delete_version_never_lowered_and_gone_once_the_row_is_re_created(
+        sink, client, prefix, spark):
+    """The keys behind the contract's deletes (tests/integration/test_sink_contract.py)."""
     apply(sink, spark, [change((5, 0), op="c")])
     apply(sink, spark, [change((7, 0), op="d")])
-    assert not client.exists(f"{prefix}products:1")
     assert client.hgetall(f"{prefix}tideline:tombstone:products:1") == {b"major": b"7", b"minor": b"0"}
-    apply(sink, spark, [change((6, 0))])
-    assert not client.exists(f"{prefix}products:1"), "a late older upsert must not resurrect a deleted row"
     apply(sink, spark, [change((6, 9), op="d")])
-    assert client.hget(f"{prefix}tideline:tombstone:products:1", "major") == b"7", "tombstone never lowered"
+    assert client.hget(f"{prefix}tideline:tombstone:products:1", "major") == b"7"
     apply(sink, spark, [change((8, 0), op="c")])  # re-created: wins and makes the tombstone redundant
-    assert client.hget(f"{prefix}products:1", "name") == b"v(8, 0)"
     assert not client.exists(f"{prefix}tideline:tombstone:products:1")
-
-
-def test_delete_arriving_before_the_insert_it_follows(sink, client, prefix, spark):
-    apply(sink, spark, [change((9, 0), op="d", key=4)])
-    apply(sink, spark, [change((3, 0), op="c", key=4)])
-    assert not client.exists(f"{prefix}products:4")
-
-
-def test_unchanged_toast_update_keeps_the_stored_description(sink, client, prefix, spark):
-    apply(sink, spark, [change((5, 0), key=2, after={"id": "2", "name": "mug", "description": "kept " * 5000})])
-    update = change((6, 3), key=2, after={"id": "2", "name": "Toast mug", "price": "6.00"},
-                    unavailable=("description",))
-    assert apply(sink, spark, [update]) == {}
-    raw = client.hgetall(f"{prefix}products:2")
-    assert raw[b"description"].decode() == "kept " * 5000
-    assert (raw[b"name"], raw[b"price"], raw[VERSION_MINOR.encode()]) == (b"Toast mug", b"6.00", b"3")
 
 
 def test_unchanged_toast_without_a_stored_row_is_rejected_not_written_partially(sink, client, prefix, spark):
@@ -132,31 +98,6 @@ def test_unchanged_toast_without_a_stored_row_is_rejected_not_written_partially(
     assert client.exists(f"{prefix}products:8"), "the rest of the batch is applied"
 
 
-def test_a_primary_key_change_keeps_the_unchanged_toast_column_in_either_order(sink, client, prefix, spark):
-    # UPDATE products SET id = new WHERE id = old, description TOASTed: Debezium sends a delete of the old
-    # key (newkey header: `moved`) and a create of the new key with the placeholder (oldkey header).
-    for old, new, together in ((1, 101, True), (2, 102, False)):
-        apply(sink, spark, [change((5, 0), key=old, after={"id": str(old), "name": "n", "description": f"long {old}"})])
-        delete = {**change((6, 1), op="d", key=old), "moved": True}
-        create = change((6, 1), op="c", key=new, after={"id": str(new), "name": "n"}, unavailable=("description",),
-                        old_row_id=str(old))
-        if together:
-            assert apply(sink, spark, [create, delete]) == {}
-        else:  # the delete applied in an earlier batch: the value comes from its tombstone
-            assert apply(sink, spark, [delete]) == {} and apply(sink, spark, [create]) == {}
-        assert client.hget(f"{prefix}products:{new}", "description") == f"long {old}".encode()
-        assert not client.exists(f"{prefix}products:{old}")
-
-
-def test_a_stale_full_image_in_the_batch_does_not_overwrite_a_newer_stored_toast_value(sink, client, prefix, spark):
-    assert apply(sink, spark, stale_fill.stored_first()) == {}
-    assert apply(sink, spark, stale_fill.batch()) == {}
-    for key, description in stale_fill.EXPECTED.items():
-        row = client.hgetall(f"{prefix}products:{key}")
-        assert (row[b"description"].decode(), row[b"name"].decode()) == (description, f"v{stale_fill.UPDATE}"), key
-        assert (int(row[VERSION_MAJOR.encode()]), int(row[VERSION_MINOR.encode()])) == stale_fill.UPDATE
-
-
 def test_a_bad_row_is_rejected_and_the_rest_applied(sink, client, prefix, spark):
     client.set(f"{prefix}products:1", "not a hash")
     rejected = apply(sink, spark, [change((5, 0), key=1), change((2**53, 0), key=2), change((5, 0), key=3)])
@@ -165,24 +106,18 @@ def test_a_bad_row_is_rejected_and_the_rest_applied(sink, client, prefix, spark)
     assert client.exists(f"{prefix}products:3")
 
 
-def test_truncate_removes_older_rows_and_keeps_newer_ones(sink, client, prefix, spark):
+def test_a_truncate_is_a_watermark_hash_that_subsumes_tombstones_and_spares_tables_named_alike(
+        sink, client, prefix, spark):
+    """The keys behind the contract's truncates: SCAN patterns must not reach `order_items:*`."""
     apply(sink, spark, [change((10, i), table="orders", key=i, after={"id": str(i)}) for i in range(40)])
     apply(sink, spark, [change((20, 0), table="orders", key=40, op="d")])  # a tombstone the truncate subsumes
-    apply(sink, spark, [change((60, 0), table="orders", key=41, after={"id": "41"})])  # committed after it
     items = {"order_id": "1", "line_no": "1"}  # another table whose name starts with "order"
     apply(sink, spark, [change((10, 0), table="order_items", key=items, after=items)])
-    # In the truncate's own batch: one row older (removed), one newer (kept) than it.
-    assert apply(sink, spark, [change((50, 0), table="orders", op="t"),
-                               change((45, 0), table="orders", key=43, after={"id": "43"}),
-                               change((70, 0), table="orders", key=42, after={"id": "42"})]) == {}
-    apply(sink, spark, [change((40, 0), table="orders", key=3, after={"id": "3"})])  # late, older than the truncate
-    orders = sorted(key.decode() for key in client.scan_iter(match=f"{prefix}orders:*"))
-    assert orders == [f"{prefix}orders:41", f"{prefix}orders:42"]
+    assert apply(sink, spark, [change((50, 0), table="orders", op="t")]) == {}
+    assert not any(client.scan_iter(match=f"{prefix}orders:*"))
     assert client.hgetall(f"{prefix}tideline:truncated:orders") == {b"major": b"50", b"minor": b"0"}
     assert not client.exists(f"{prefix}tideline:tombstone:orders:40")
     assert client.exists(f"{prefix}order_items:[1,1]")
-    apply(sink, spark, [change((30, 0), table="orders", op="t")])  # older (replayed or late): never lowers it
-    assert client.hget(f"{prefix}tideline:truncated:orders", "major") == b"50"
 
 
 def test_a_new_column_appears_with_its_type_and_a_dropped_one_goes(sink, client, prefix, spark):
@@ -195,15 +130,6 @@ def test_a_new_column_appears_with_its_type_and_a_dropped_one_goes(sink, client,
           grown)
     row = stored(client, f"{prefix}customers:1", "customers", prefix)
     assert row["loyalty_tier"] == 3 and "fax" not in row
-
-
-def test_composite_key(sink, client, prefix, spark):
-    key = {"order_id": "7", "line_no": "2"}
-    apply(sink, spark, [change((5, 0), table="order_items", key=key, after={**key, "quantity": "3"})])
-    assert client.hget(f"{prefix}order_items:[7,2]", "quantity") == b"3"
-    apply(sink, spark, [change((6, 0), table="order_items", key=key, op="d")])
-    assert not client.exists(f"{prefix}order_items:[7,2]")
-    assert client.exists(f"{prefix}tideline:tombstone:order_items:[7,2]")
 
 
 def test_tables_without_a_cache_view_are_ignored(url, client, prefix, spark):

@@ -32,7 +32,6 @@ from pyspark.sql.types import LongType, StructField, TimestampType
 
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
-from spark_jobs.newest import newest_per_row
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta._facts import Facts, collect_facts
 from spark_jobs.sinks.delta._marks import Marks
@@ -102,11 +101,11 @@ class CurrentState:
     def _ensure(self, spark: SparkSession, plan: TablePlan) -> None:
         self._tables.ensure(spark, self.path(plan.table), plan.fields, META, plan.added, plan.widened)
 
-    def apply(self, spark: SparkSession, newest: DataFrame, catalogue: Catalogue, hooks: Hooks | None = None,
-              every: DataFrame | None = None) -> DataFrame | None:
+    def apply(self, spark: SparkSession, newest: DataFrame, catalogue: Catalogue,
+              hooks: Hooks | None = None) -> DataFrame | None:
         """Apply a batch's newest changes (CHANGE rows, one per row and per table's truncates); returns
-        the rejected changes as a lazy frame, or None. `every` (all the batch's changes) serves the
-        rare primary-key move whose old row changed in the same batch; it is read only then."""
+        the rejected changes as a lazy frame, or None. A primary-key move whose old row changed in the
+        same batch arrives filled from that change (spark_jobs/newest.py)."""
         mine = newest.where(F.col("table").isin(*self.tables))
         guarded = mine.join(self.marks.newest(spark), ["table", "row_id"], "left").persist()
         try:
@@ -124,7 +123,7 @@ class CurrentState:
             found = []
             for table, plan in plans.items():
                 if facts[table].rows:
-                    self._merge(spark, plan, guarded, facts[table], hooks, every)
+                    self._merge(spark, plan, guarded, facts[table], hooks)
                     found.append(rejected(mine.where((F.col("table") == table) & (F.col("op") != "t")), plan))
             return reduce(lambda a, b: a.unionByName(b), found) if found else None
         finally:
@@ -171,11 +170,11 @@ class CurrentState:
         stored = spark.read.format("delta").load(self.path(plan.table))
         return stored.join(moved, list(plan.keys)).select("table", "row_id", image(plan).alias("image"))
 
-    def _merge(self, spark: SparkSession, plan: TablePlan, guarded: DataFrame, facts: Facts, hooks: Hooks | None,
-               every: DataFrame | None) -> None:
+    def _merge(self, spark: SparkSession, plan: TablePlan, guarded: DataFrame, facts: Facts,
+               hooks: Hooks | None) -> None:
         changes = guarded.where((F.col("table") == plan.table) & (F.col("op") != "t"))
         if facts.moved_fills:
-            changes = with_images(changes, self._old_rows(spark, plan, changes, every))
+            changes = with_images(changes, self._old_rows(spark, plan, changes))
         source = merge_source(changes, plan)
         watermark = self.marks.watermarks.get(plan.table)
         if watermark is not None:
@@ -189,10 +188,11 @@ class CurrentState:
         if hooks:
             hooks.after_write(spark, plan.table, path, facts)
 
-    def _old_rows(self, spark: SparkSession, plan: TablePlan, changes: DataFrame, every: DataFrame | None) -> DataFrame:
+    def _old_rows(self, spark: SparkSession, plan: TablePlan, changes: DataFrame) -> DataFrame:
         """(_old, _image) per old row id of the batch's primary-key moves with unchanged-TOAST columns:
-        the old key's columns as text, each from the best source that has it (the batch's newest upsert
-        of the old key over its row in the table over its tombstone's image)."""
+        the old key's columns as text, each from the best source that has it (its row in the table over
+        its tombstone's image; the batch's own changes of the old key were filled in by
+        spark_jobs/newest.py)."""
         olds = changes.where(F.col("after").isNotNull() & F.col("old_row_id").isNotNull() & (F.size("unavailable") > 0)) \
             .select(F.col("old_row_id").alias("_old"), *key_of_row_id(F.col("old_row_id"), plan)).distinct()
         stored = spark.read.format("delta").load(self.path(plan.table))
@@ -204,13 +204,6 @@ class CurrentState:
             .groupBy("row_id").agg(F.max_by("image", F.struct("major", "minor")).alias("_image"))
             .select(F.col("row_id").alias("_old"), "_image", F.lit(1).alias("_rank")),
         ]
-        if every is not None:
-            upserts = every.where((F.col("table") == plan.table) & F.col("after").isNotNull()) \
-                .join(olds.select(F.col("_old").alias("row_id")), "row_id")
-            data = set(plan.data_columns)
-            candidates.append(newest_per_row(upserts).select(
-                F.col("row_id").alias("_old"), F.map_filter("after", lambda k, _: k.isin(*data)).alias("_image"),
-                F.lit(3).alias("_rank")))
         by_rank = lambda a, b: F.when(a["_rank"] < b["_rank"], -1).when(a["_rank"] > b["_rank"], 1).otherwise(0)  # noqa: E731
         ranked = reduce(lambda a, b: a.unionByName(b), candidates).groupBy("_old").agg(
             F.array_sort(F.collect_list(F.struct("_rank", "_image")), by_rank).alias("_images"))

@@ -66,7 +66,7 @@ class AnalyticsSink(Sink):
         tune_session(batch.spark)
         rejected = []
         if self.copy.tables:
-            rejected.append(self.copy.apply(batch.spark, batch.newest, batch.catalogue, hooks=self.windows, every=batch.every))
+            rejected.append(self.copy.apply(batch.spark, batch.newest, batch.catalogue, hooks=self.windows))
         rejected.append(self.history.write(batch.spark, batch.every, batch.catalogue))
         found = [frame for frame in rejected if frame is not None]
         if not found:

@@ -59,10 +59,9 @@ class WarehouseSink(Sink):
         self.state.setup(spark, catalogue)
 
     def write(self, batch: Batch) -> DataFrame | None:
-        """Apply one micro-batch (idempotent: a replay commits nothing). Reads `batch.every` only for a
-        primary-key move whose old row changed in the same batch."""
+        """Apply one micro-batch (idempotent: a replay commits nothing)."""
         tune_session(batch.spark)
-        return self.state.apply(batch.spark, batch.newest, batch.catalogue, every=batch.every)
+        return self.state.apply(batch.spark, batch.newest, batch.catalogue)
 
 
 __all__ = ["WarehouseSink"]
