@@ -11,9 +11,8 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from services.settings import SettingsError, StackSettings
-from services.stack.service import StackError
-from spark_jobs.config import PipelineConfigError
+from services.settings import StackSettings
+from spark_jobs.errors import TidelineError
 from spark_jobs.settings import one_line
 
 console = Console()
@@ -22,8 +21,8 @@ errors = Console(stderr=True, soft_wrap=True)
 
 @contextmanager
 def user_errors(exit_code: int = 1, also: tuple[type[Exception], ...] = ()) -> Iterator[None]:
-    """Turn known failures (and `also` these) into one red line and `exit_code` (no traceback for users)."""
-    handled: tuple[type[Exception], ...] = (StackError, SettingsError, PipelineConfigError, *also)
+    """Turn every TidelineError (and `also` these) into one red line and `exit_code` (no traceback for users)."""
+    handled: tuple[type[Exception], ...] = (TidelineError, *also)  # docs/errors.md
     try:
         yield
     except handled as exc:

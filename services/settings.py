@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.connector.slot_safety import DEFAULT_LAG_WARN_BYTES
 from services.versions import PROJECT_ROOT
+from spark_jobs.errors import ConfigurationError
 from spark_jobs.settings import REALTIME_CAPABLE, sink_names
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -191,5 +192,5 @@ def _require_secret(field: str, value: SecretStr | None) -> str:
     return value.get_secret_value()
 
 
-class SettingsError(Exception):
+class SettingsError(ConfigurationError):
     """A setting is missing or unusable; the message names the fix."""

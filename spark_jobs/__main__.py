@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from spark_jobs import drivers, keep_alive
-from spark_jobs.catalogue import CatalogueError
-from spark_jobs.config import PipelineConfig, PipelineConfigError, check_schema, load
+from spark_jobs.config import PipelineConfig, check_schema, load
+from spark_jobs.errors import TidelineError
 from spark_jobs.pipeline import live_catalogue, supervise
 from spark_jobs.realtime import local_master
 from spark_jobs.session import build_session
@@ -44,7 +44,7 @@ def _or_refused(read: Callable[[], T]) -> T:
     """What `read` returns; a refused configuration ends the process with one line, and is not retried."""
     try:
         return read()
-    except (PipelineConfigError, CatalogueError, ValueError) as exc:
+    except TidelineError as exc:  # docs/errors.md: one line naming the problem and the fix
         print(exc, file=sys.stderr)  # one line, the last of the log `tide jobs start` quotes
         sys.exit(keep_alive.CONFIG_REFUSED)
 

@@ -26,6 +26,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from spark_jobs.catalogue import Catalogue, Column, TableSchema
+from spark_jobs.errors import ConfigurationError
 
 Identifier = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$", max_length=63)]
 Scalar = str | int | bool
@@ -136,8 +137,9 @@ class AggregatePlan:
         return self.key_head if self.type == "sorted_set" else f"{self.key_head}{group}{self.key_tail}"
 
 
-class AggregateConfigError(ValueError):
-    """One aggregate's declaration is wrong; the message names where and how to fix it."""
+class AggregateConfigError(ConfigurationError, ValueError):
+    """One aggregate's declaration is wrong; the message names where and how to fix it. A ValueError too,
+    so pydantic reports it where it validates pipeline.yaml."""
 
 
 def plan(name: str, view: AggregateView, cached_tables: set[str], catalogue: Catalogue) -> AggregatePlan:

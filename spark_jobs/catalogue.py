@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from spark_jobs.errors import TidelineError
 from spark_jobs.files import replace_text
 
 log = logging.getLogger("tideline.catalogue")
@@ -207,5 +208,5 @@ class LiveCatalogue:
         replace_text(self.cache_file, to_json(catalogue))
 
 
-class CatalogueError(RuntimeError):
+class CatalogueError(TidelineError):
     """No catalogue can be had: PostgreSQL is unreachable and none was read before."""

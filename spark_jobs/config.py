@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, AggregateView, missing_column, plans
 from spark_jobs.catalogue import Catalogue
+from spark_jobs.errors import ConfigurationError
 
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "pipeline.yaml"
 # The view section of a table each sink's query applies (analytics: spark_jobs.config.analytics_tables).
@@ -316,7 +317,7 @@ class PipelineConfig(_Strict):
         return f"{self.source.topic_prefix}.{self.source.schema_name}.{table}"
 
 
-class PipelineConfigError(Exception):
+class PipelineConfigError(ConfigurationError):
     """The pipeline file is missing or invalid; the message names the file, the field and the problem."""
 
 

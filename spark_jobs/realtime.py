@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import dead_letters
 from spark_jobs.backoff import wait_until
 from spark_jobs.config import PipelineConfig
+from spark_jobs.errors import ConfigurationError
 from spark_jobs.session import GENERATED_CODE, starting_with
 from spark_jobs.settings import JobSettings
 from spark_jobs.sinks.base import LetterTopic
@@ -40,7 +41,7 @@ log = logging.getLogger("tideline.realtime")
 _LOCAL = re.compile(r"^local\[(\d+|\*)(,\d+)?\]$")
 
 
-class SlotsError(RuntimeError):
+class SlotsError(ConfigurationError):
     """A real-time query would get fewer task slots than the Kafka partitions it reads."""
 
 

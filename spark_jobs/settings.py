@@ -15,9 +15,11 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from spark_jobs.config import DEFAULT_PATH
+from spark_jobs.errors import ConfigurationError
 from spark_jobs.sinks.registry import DELTA_SINKS, REALTIME_CAPABLE, SINKS, SinkName, spec_of
 
-__all__ = ["REALTIME_CAPABLE", "SINKS", "JobSettings", "SinkName", "one_line", "sink_names"]  # the sinks' names: spark_jobs/sinks/registry.py
+__all__ = ["REALTIME_CAPABLE", "SINKS", "JobSettings", "JobSettingsError", "SinkName", "one_line", "read_settings",
+           "sink_names"]  # the sinks' names: spark_jobs/sinks/registry.py
 
 
 def sink_names(value: object) -> object:
@@ -119,7 +121,7 @@ class JobSettings(BaseSettings):
 
     def require_postgres_conninfo(self) -> str:
         if self.postgres_conninfo is None:
-            raise ValueError("TIDE_JOB_POSTGRES_CONNINFO is not set: the jobs read column types from PostgreSQL's "
+            raise JobSettingsError("TIDE_JOB_POSTGRES_CONNINFO is not set: the jobs read column types from PostgreSQL's "
                              "catalogue; `tide jobs start` sets it from the stack's settings (the CDC role)")
         return self.postgres_conninfo.get_secret_value()
 
@@ -134,8 +136,12 @@ def one_line(exc: ValidationError, prefix: str) -> str:
 
 
 def read_settings() -> JobSettings:
-    """The job settings from the environment; a bad one is a one-line ValueError naming its variable."""
+    """The job settings from the environment; a bad one is a one-line JobSettingsError naming its variable."""
     try:
         return JobSettings()
     except ValidationError as exc:
-        raise ValueError(one_line(exc, "TIDE_JOB_")) from None
+        raise JobSettingsError(one_line(exc, "TIDE_JOB_")) from None
+
+
+class JobSettingsError(ConfigurationError):
+    """A TIDE_JOB_* setting is missing or invalid; the message names the variable."""

@@ -34,6 +34,7 @@ import psycopg
 
 from services.db.rows import scalar
 from services.demo import workload
+from services.stack.service import StackError
 
 # Concurrent operations on the same rows can collide (a renumbered item, a customer deleted while an
 # order for it is placed); PostgreSQL rejects one of them, the workload counts it and goes on.
@@ -253,7 +254,7 @@ def _processes(conninfo: str, rate: float, duration_s: float, seed: int, workers
     return report
 
 
-class LoadError(RuntimeError):
+class LoadError(StackError):
     """The load processes could not start or run (the message says which and why)."""
 
 

@@ -10,9 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from services.settings import StackSettings
+from spark_jobs.errors import TidelineError
 
 
-class StackError(Exception):
+class StackError(TidelineError):
     """A one-line, user-facing problem with the stack; the message names the fix."""
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from services.console import console, user_errors
 from services.settings import StackSettings
-from services.verify import Outcome, VerifyError, reconcile_views
+from services.verify import Outcome, reconcile_views
 from spark_jobs.config import load
 
 EXIT_CLEAN, EXIT_DIVERGED, EXIT_FAILED = 0, 1, 2
@@ -52,7 +52,7 @@ def verify_command(
 
     Exit code 0 when every view matches, 1 on any divergence, 2 if verify could not run.
     """
-    with user_errors(exit_code=EXIT_FAILED, also=(VerifyError,)):
+    with user_errors(exit_code=EXIT_FAILED):
         settings = StackSettings()
         outcomes = reconcile_views(
             settings,

@@ -26,6 +26,7 @@ from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoade
 
 from services.api.stores import quoted
 from services.verify.canonical import Column, TableShape
+from spark_jobs.errors import TidelineError
 from spark_jobs.sinks.redis import glob_escape, row_key
 
 Row = dict[str, Any]
@@ -34,7 +35,7 @@ REDIS_BATCH = 500  # keys per pipelined HGETALL round trip
 PIT_KEEP_ALIVE = "5m"  # between two pages, not for the whole scan
 
 
-class VerifyError(Exception):
+class VerifyError(TidelineError):
     """A store cannot be read (unreachable, refused the query, or not what verify expects). The
     message names the store and the problem; nothing was compared for that table and sink."""
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from spark_jobs.changes import envelope
 from spark_jobs.changes.envelope import UNAVAILABLE
+from spark_jobs.errors import ChangeError
 
 Op = Literal["r", "c", "u", "d", "t"]
 OPS: frozenset[str] = frozenset(envelope.OPS)
@@ -46,7 +47,7 @@ class ColumnType:
         return self.name.startswith("_")
 
 
-class DecodeError(ValueError):
+class DecodeError(ChangeError):
     """A record is not a Debezium change event we can read; the message is the dead-letter reason."""
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Literal, get_args
 
+from spark_jobs.errors import ConfigurationError
+
 if TYPE_CHECKING:
     from spark_jobs.config import PipelineConfig
     from spark_jobs.settings import JobSettings
@@ -96,7 +98,7 @@ REALTIME_CAPABLE: tuple[SinkName, ...] = tuple(spec.name for spec in _SPECS if C
 assert SINKS == get_args(SinkName), "SinkName must list the declared sinks, in order"
 
 
-class UnknownSinkError(ValueError):
+class UnknownSinkError(ConfigurationError):
     """A sink name that is not declared here."""
 
 

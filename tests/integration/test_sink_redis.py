@@ -15,11 +15,10 @@ import redis
 
 from services.settings import StackSettings
 from spark_jobs import config
-from spark_jobs.aggregates import AggregateConfigError
 from spark_jobs.catalogue import Column
 from spark_jobs.config import CacheView, PipelineConfig, SearchView, TableConfig
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.redis import ENCODING, RedisSink, decode_row, read_types
+from spark_jobs.sinks.redis import ENCODING, CacheMismatchError, RedisSink, decode_row, read_types
 from spark_jobs.sinks.redis._commands import commands
 from spark_jobs.sinks.redis._scripts import Script
 from spark_jobs.sinks.redis._ship import Shipper
@@ -356,12 +355,12 @@ def test_a_value_the_aggregates_cannot_read_rejects_the_change_and_writes_nothin
 def test_setup_refuses_a_cache_built_before_or_with_other_aggregates_or_values(url, client, prefix, spark):
     plain = PipelineConfig(tables=PIPELINE.tables)  # the same tables, no aggregates
     client.hset(f"{prefix}orders:1", "id", '"1"')  # a row written by an earlier version, no declaration
-    with pytest.raises(AggregateConfigError, match="earlier Tideline"):
+    with pytest.raises(CacheMismatchError, match="earlier Tideline"):
         RedisSink(url, PIPELINE, key_prefix=prefix).setup(spark, demo_catalogue())
     client.delete(f"{prefix}orders:1")
     RedisSink(url, plain, key_prefix=prefix).setup(spark, demo_catalogue())  # an empty cache takes a declaration
-    with pytest.raises(AggregateConfigError, match="another cache_aggregates declaration"):
+    with pytest.raises(CacheMismatchError, match="another cache_aggregates declaration"):
         RedisSink(url, PIPELINE, key_prefix=prefix).setup(spark, demo_catalogue())
     client.hset(f"{prefix}tideline:aggregates", "encoding", "json")
-    with pytest.raises(AggregateConfigError, match="earlier encoding"):
+    with pytest.raises(CacheMismatchError, match="earlier encoding"):
         RedisSink(url, plain, key_prefix=prefix).setup(spark, demo_catalogue())

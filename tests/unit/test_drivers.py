@@ -80,11 +80,11 @@ def test_the_probe_waits_for_a_report_of_every_query_the_pipeline_gives_tables(t
 def test_an_empty_nice_value_means_one_driver_and_a_bad_one_is_one_line_naming_the_variable(monkeypatch):
     import pytest
 
-    from spark_jobs.settings import read_settings
+    from spark_jobs.settings import JobSettingsError, read_settings
 
     monkeypatch.setenv("TIDE_JOB_DELTA_DRIVER_NICE", "")
     assert read_settings().delta_driver_nice is None
     monkeypatch.setenv("TIDE_JOB_DELTA_DRIVER_NICE", "25")
-    with pytest.raises(ValueError, match=r"^invalid setting TIDE_JOB_DELTA_DRIVER_NICE: "
-                                         r"Input should be less than or equal to 19$"):
+    with pytest.raises(JobSettingsError, match=r"^invalid setting TIDE_JOB_DELTA_DRIVER_NICE: "
+                                               r"Input should be less than or equal to 19$"):
         read_settings()

@@ -12,7 +12,7 @@ from spark_jobs import config
 from spark_jobs.catalogue import Column
 from spark_jobs.pipeline import columns_changed
 from spark_jobs.realtime import SlotsError, local_master, needed_slots, outgrown, require_slots, task_slots_of
-from spark_jobs.settings import JobSettings, read_settings
+from spark_jobs.settings import JobSettings, JobSettingsError, read_settings
 from tests.demo_catalogue import demo_catalogue
 
 PIPELINE = config.load()
@@ -30,7 +30,7 @@ def test_the_real_time_sinks_are_read_as_a_list_or_names_and_unknown_writers_ref
     monkeypatch.delenv("TIDE_JOB_REALTIME_SINKS")
     assert read_settings().realtime_sinks == ["search", "cache"], "by default, every sink with a JVM writer"
     monkeypatch.setenv("TIDE_JOB_REALTIME_SINKS", "warehouse")
-    with pytest.raises(ValueError,
+    with pytest.raises(JobSettingsError,
                        match=r"^invalid setting TIDE_JOB_REALTIME_SINKS: .*warehouse cannot run in Real-Time"):
         read_settings()
 

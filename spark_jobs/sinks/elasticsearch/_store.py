@@ -16,6 +16,7 @@ from typing import Any
 
 from elasticsearch import BadRequestError, ConflictError, Elasticsearch, helpers
 
+from spark_jobs.errors import StoreError
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.elasticsearch._documents import WATERMARKS
 
@@ -25,7 +26,7 @@ VERSION_FIELDS = [VERSION_MAJOR, VERSION_MINOR]
 MAX_TRIES = 5  # compare-and-set retries per change; only concurrent writers of one row use them
 
 
-class ElasticsearchSinkError(RuntimeError):
+class ElasticsearchSinkError(StoreError):
     """The sink cannot apply a batch (node unreachable or overloaded, index or alias missing, endless
     conflicts). The whole batch failed; Spark retries it, which is safe because every write is guarded."""
 

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from spark_jobs.aggregates import AggregateConfigError
 from spark_jobs.catalogue import Catalogue
 from spark_jobs.config import PipelineConfig
+from spark_jobs.errors import StoreStateError
 from spark_jobs.sinks.base import MOVE_WAIT_MS, VERSION_MAJOR, VERSION_MINOR, Batch, LetterTopic, Sink
 from spark_jobs.sinks.redis._scripts import RAISE_WATERMARK, aggregate_spec, row_scripts
 
@@ -98,6 +98,10 @@ def read_types(client: redis.Redis, table: str, prefix: str = "") -> dict[str, s
     return {k.decode(): v.decode() for k, v in client.hgetall(columns_key(table, prefix)).items()}
 
 
+class CacheMismatchError(StoreStateError):
+    """The cache was built with another value encoding or aggregates declaration: `tide rebuild cache`."""
+
+
 class RedisSink(Sink):
     """The `cache` view in Redis."""
 
@@ -155,13 +159,13 @@ class RedisSink(Sink):
         if not held:
             patterns = [glob_escape(row_key(table, "", self.key_prefix)) + "*" for table in self.tables()]
             if any(next(client.scan_iter(match=p, count=1000), None) for p in patterns):
-                raise AggregateConfigError("the cache was written by an earlier Tideline (another value encoding or "
+                raise CacheMismatchError("the cache was written by an earlier Tideline (another value encoding or "
                                            "cache_aggregates declaration): run `tide rebuild cache`")
             client.hset(spec_key(self.key_prefix), mapping=wanted)
         elif held.get("encoding") != ENCODING:
-            raise AggregateConfigError("the cache holds values in an earlier encoding: run `tide rebuild cache`")
+            raise CacheMismatchError("the cache holds values in an earlier encoding: run `tide rebuild cache`")
         elif held.get("declaration") != wanted["declaration"]:
-            raise AggregateConfigError(
+            raise CacheMismatchError(
                 "the cache's aggregates were built from another cache_aggregates declaration: run `tide rebuild cache`"
             )
 
@@ -203,5 +207,5 @@ class RedisSink(Sink):
             letters.bootstrap, letters.topic, f"apply:{self.name}", self.chunk_rows, LINGER_MS, MOVE_WAIT_MS)
 
 
-__all__ = ["ENCODING", "RedisSink", "columns_key", "decode_row", "glob_escape", "read_types", "row_key",
+__all__ = ["ENCODING", "CacheMismatchError", "RedisSink", "columns_key", "decode_row", "glob_escape", "read_types", "row_key",
            "spec_key", "tombstone_key", "typed_value", "watermark_key"]
