@@ -12,10 +12,11 @@ from typing import TypeVar
 from spark_jobs import drivers, keep_alive
 from spark_jobs.config import PipelineConfig, check_schema, load
 from spark_jobs.errors import TidelineError
-from spark_jobs.pipeline import live_catalogue, supervise
+from spark_jobs.pipeline import live_catalogue
 from spark_jobs.realtime import local_master
 from spark_jobs.session import build_session
 from spark_jobs.settings import JobSettings, read_settings
+from spark_jobs.supervise import supervise
 
 T = TypeVar("T")
 

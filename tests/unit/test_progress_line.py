@@ -1,6 +1,6 @@
 """The driver's line per micro-batch (spark_jobs/pipeline.py: progress_line), from a query's lastProgress."""
 
-from spark_jobs.pipeline import progress_line
+from spark_jobs.supervise import progress_line
 
 
 def test_the_line_gives_the_sinks_time_and_each_step_of_the_streaming_engine():

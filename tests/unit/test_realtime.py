@@ -10,9 +10,9 @@ import pytest
 
 from spark_jobs import config
 from spark_jobs.catalogue import Column
-from spark_jobs.pipeline import columns_changed
 from spark_jobs.realtime import SlotsError, local_master, needed_slots, outgrown, require_slots, task_slots_of
 from spark_jobs.settings import JobSettings, JobSettingsError, read_settings
+from spark_jobs.supervise import columns_changed
 from tests.demo_catalogue import demo_catalogue
 
 PIPELINE = config.load()
