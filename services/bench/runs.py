@@ -1,6 +1,6 @@
 """One scenario run from start to result: its clean stack, the knobs in force, the machine before,
 during and after, the scenario's measurements and check, and the result folder (result.json,
-summary.md, PNG plots)."""
+samples.json, summary.md, PNG plots)."""
 
 from __future__ import annotations
 
@@ -61,15 +61,64 @@ def result_dir(root: Path, scenario: str, day: datetime | None = None) -> Path:
     return root / f"{(day or datetime.now(UTC)):%Y-%m-%d}-{scenario}"
 
 
+# The raw samples behind the plots (per-second component figures and load, per-probe delays, per-batch
+# and progress series): kept beside the result in samples.json, which git ignores; result.json keeps
+# every summary.
+RAW_SAMPLES = frozenset({"component_series", "load_during", "series", "progress", "records_behind", "delays"})
+
+
+def split_samples(value: Any) -> tuple[Any, Any]:
+    """(`value` without its raw samples, the raw samples at the same paths), through dicts and lists
+    of dicts (a run's phases) at any depth; the samples are empty ({} or []) when there are none."""
+    if isinstance(value, list) and any(isinstance(item, dict) for item in value):
+        parts = [split_samples(item) for item in value]
+        inner = [samples for _, samples in parts]
+        return [summary for summary, _ in parts], inner if any(inner) else {}
+    if not isinstance(value, dict):
+        return value, {}
+    summary: dict[str, Any] = {}
+    samples: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in RAW_SAMPLES:
+            samples[key] = item
+            continue
+        summary[key], inner = split_samples(item)
+        if inner:
+            samples[key] = inner
+    return summary, samples
+
+
+def _merged(summary: Any, samples: Any) -> Any:
+    if isinstance(summary, list) and isinstance(samples, list):
+        return [_merged(item, extra) for item, extra in zip(summary, samples, strict=True)]
+    if not (isinstance(summary, dict) and isinstance(samples, dict)):
+        return summary
+    merged = dict(summary)
+    for key, value in samples.items():
+        merged[key] = _merged(merged[key], value) if key in merged else value
+    return merged
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
+
+
 def write_result(out_dir: Path, result: dict[str, Any]) -> Path:
+    """result.json (summaries, committed) and samples.json (the raw samples, git-ignored)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    summary, samples = split_samples(result)
     path = out_dir / "result.json"
-    path.write_text(json.dumps(result, indent=1, sort_keys=False, default=str) + "\n")
+    _write_json(path, summary)
+    if samples:
+        _write_json(out_dir / "samples.json", samples)
     return path
 
 
 def read_result(out_dir: Path) -> dict[str, Any]:
-    return json.loads((out_dir / "result.json").read_text())
+    """The whole result: its summaries, with the raw samples where this machine still has them."""
+    summary = json.loads((out_dir / "result.json").read_text())
+    samples_file = out_dir / "samples.json"
+    return _merged(summary, json.loads(samples_file.read_text())) if samples_file.exists() else summary
 
 
 @contextmanager

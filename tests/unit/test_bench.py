@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 from datetime import UTC, datetime
 
@@ -15,6 +16,7 @@ from services.bench import baseline, core, drain, freshness, measure, plots, pro
 from services.bench.cli import parse_rates, parse_settings
 from services.bench.core import running_sinks
 from services.demo.load import LoadReport, Pacer, processes_for, workers_for
+from services.versions import PROJECT_ROOT
 from spark_jobs.settings import SINKS
 
 # ---- percentiles ----
@@ -200,6 +202,19 @@ def test_result_json_round_trips(tmp_path):
     runs.write_result(tmp_path / "out", result)
     assert runs.read_result(tmp_path / "out") \
         == {"scenario": "x", "results": {"p50": 0.5, "when": "2026-01-01 00:00:00"}}
+
+
+def test_raw_samples_go_to_samples_json_and_come_back_while_result_json_keeps_the_summaries(tmp_path):
+    result = {"scenario": "drain", "component_series": {"jobs": [[0, 90.0, 900.0]]},
+              "results": {"rate": 1200.0, "apply": {"p50": 0.4, "series": [[0, 1], [1, 2]]}, "progress": [[2.1, 234]]}}
+    runs.write_result(tmp_path / "out", result)
+    committed = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert committed == {"scenario": "drain", "results": {"rate": 1200.0, "apply": {"p50": 0.4}}}
+    assert runs.read_result(tmp_path / "out") == result
+    assert (tmp_path / "out" / "samples.json").exists()
+    ignored = subprocess.run(["git", "check-ignore", "-q", "bench/results/2026-01-01-drain/samples.json"],
+                             cwd=PROJECT_ROOT, check=False)
+    assert ignored.returncode == 0, "samples.json must stay out of git"
 
 
 def _is_png(path) -> bool:
