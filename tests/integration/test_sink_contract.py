@@ -47,6 +47,12 @@ Row = dict[str, Any]
 class Store:
     sink: Sink
     read_row: Callable[[str, dict[str, str]], Row | None]  # (table, key columns as text) -> the row or None
+    forget: Callable[[], None] = lambda: None  # drop what the reader cached: the store is about to change
+
+    def apply(self, spark: Any, changes: list[dict]) -> dict[int, str]:
+        """One micro-batch through the sink, as tests/sink_batches.py runs it: {position: reason} rejected."""
+        self.forget()
+        return apply(self.sink, spark, changes)
 
     def row(self, table: str, key: int | dict[str, str]) -> Row | None:
         return self.read_row(table, key if isinstance(key, dict) else {"id": str(key)})
@@ -123,16 +129,18 @@ def warehouse(tmp_path, spark) -> Store:
     sink = WarehouseSink(str(tmp_path / "warehouse"), pipeline_for_contract())
     sink.setup(spark, demo_catalogue())
 
+    held: dict[str, list[dict[str, Any]]] = {}  # a table's rows, read once until the next batch
+
     def read(table: str, key: dict[str, str]) -> Row | None:
-        condition = " AND ".join(f"CAST({column} AS STRING) = '{value}'" for column, value in key.items())
-        found = spark.read.format("delta").load(sink.path(table)).where(condition).collect()
+        if table not in held:
+            held[table] = [row.asDict() for row in spark.read.format("delta").load(sink.path(table)).collect()]
+        found = [dict(row) for row in held[table] if all(str(row[c]) == v for c, v in key.items())]
         if not found:
             return None
-        (row,) = found
-        columns = row.asDict()
+        (columns,) = found
         return as_text(columns, columns.pop(VERSION_MAJOR), columns.pop(VERSION_MINOR))
 
-    return Store(sink, read)
+    return Store(sink, read, held.clear)
 
 
 @pytest.fixture(params=CURRENT_STATE)
@@ -167,51 +175,51 @@ def truncate(version: tuple[int, int], table: str = "products") -> dict:
 
 
 def test_an_older_change_after_a_newer_one_is_ignored(store, spark):
-    assert apply(store.sink, spark, [product((5, 2))]) == {}
-    assert apply(store.sink, spark, [product((5, 1), name="older"), product((4, 9), name="oldest")]) == {}
+    assert store.apply(spark, [product((5, 2))]) == {}
+    assert store.apply(spark, [product((5, 1), name="older"), product((4, 9), name="oldest")]) == {}
     row = store.row("products", 1)
     assert row is not None and (row["name"], row["version"]) == ("v(5, 2)", (5, 2))
 
 
 def test_replaying_an_equal_version_changes_nothing_even_with_other_content(store, spark):
     batch = [product((5, 5), key=1), product((5, 6), key=2), product((6, 0), key=3, op="d")]
-    apply(store.sink, spark, batch)
+    store.apply(spark, batch)
     before = [store.row("products", key) for key in (1, 2, 3)]
-    assert apply(store.sink, spark, batch) == {}
-    assert apply(store.sink, spark, [product((5, 5), key=1, name="impostor")]) == {}
+    assert store.apply(spark, batch) == {}
+    assert store.apply(spark, [product((5, 5), key=1, name="impostor")]) == {}
     assert [store.row("products", key) for key in (1, 2, 3)] == before and before[2] is None
 
 
 def test_a_deleted_row_is_not_resurrected_by_a_late_older_change_and_a_newer_one_brings_it_back(store, spark):
-    apply(store.sink, spark, [product((5, 0), key=3, op="c")])
-    assert apply(store.sink, spark, [product((7, 0), key=3, op="d")]) == {}
+    store.apply(spark, [product((5, 0), key=3, op="c")])
+    assert store.apply(spark, [product((7, 0), key=3, op="d")]) == {}
     assert store.row("products", 3) is None
-    assert apply(store.sink, spark, [product((6, 0), key=3, name="late")]) == {}
+    assert store.apply(spark, [product((6, 0), key=3, name="late")]) == {}
     assert store.row("products", 3) is None, "the tombstone remembers the delete"
-    assert apply(store.sink, spark, [product((6, 9), key=3, op="d"), product((6, 95), key=4, op="d")]) == {}
-    assert apply(store.sink, spark, [product((6, 99), key=3, name="later, still older")]) == {}
+    assert store.apply(spark, [product((6, 9), key=3, op="d"), product((6, 95), key=4, op="d")]) == {}
+    assert store.apply(spark, [product((6, 99), key=3, name="later, still older")]) == {}
     assert store.row("products", 3) is None, "an older delete applied later never lowers the tombstone"
-    assert apply(store.sink, spark, [product((8, 0), key=3, op="c", name="re-inserted")]) == {}
+    assert store.apply(spark, [product((8, 0), key=3, op="c", name="re-inserted")]) == {}
     assert store.value("products", 3, "name") == "re-inserted"
 
 
 def test_a_delete_arriving_before_the_insert_it_follows_keeps_the_row_absent(store, spark):
-    assert apply(store.sink, spark, [product((9, 0), key=4, op="d")]) == {}
-    assert apply(store.sink, spark, [product((3, 0), key=4, op="c")]) == {}
+    assert store.apply(spark, [product((9, 0), key=4, op="d")]) == {}
+    assert store.apply(spark, [product((3, 0), key=4, op="c")]) == {}
     assert store.row("products", 4) is None
 
 
 def test_an_unchanged_toast_column_keeps_the_stored_value(store, spark):
-    apply(store.sink, spark, [product((5, 0), key=2, description=LONG)])
-    assert apply(store.sink, spark, [placeholder((6, 3), 2, price="6.00")]) == {}
+    store.apply(spark, [product((5, 0), key=2, description=LONG)])
+    assert store.apply(spark, [placeholder((6, 3), 2, price="6.00")]) == {}
     row = store.row("products", 2)
     assert row is not None and (row["description"], row["name"], row["version"]) == (LONG, "v(6, 3)", (6, 3))
     assert row["price"] == "6.00"
 
 
 def test_a_stale_full_image_in_the_batch_does_not_overwrite_a_newer_stored_toast_value(store, spark):
-    assert apply(store.sink, spark, stale_fill.stored_first()) == {}
-    assert apply(store.sink, spark, stale_fill.batch()) == {}
+    assert store.apply(spark, stale_fill.stored_first()) == {}
+    assert store.apply(spark, stale_fill.batch()) == {}
     for key, description in stale_fill.EXPECTED.items():
         row = store.row("products", key)
         assert row is not None, key
@@ -220,15 +228,15 @@ def test_a_stale_full_image_in_the_batch_does_not_overwrite_a_newer_stored_toast
 
 
 def test_truncate_removes_rows_below_it_keeps_newer_ones_and_never_goes_back(store, spark):
-    apply(store.sink, spark, [order((10, i), i) for i in range(1, 4)])
-    apply(store.sink, spark, [order((20, 0), 4, op="d")])  # a tombstone the truncate subsumes
-    apply(store.sink, spark, [order((60, 0), 5), item((10, 0), 1, 1)])  # newer; another table named order...
+    store.apply(spark, [order((10, i), i) for i in range(1, 4)])
+    store.apply(spark, [order((20, 0), 4, op="d")])  # a tombstone the truncate subsumes
+    store.apply(spark, [order((60, 0), 5), item((10, 0), 1, 1)])  # newer; another table named order...
     # In the truncate's own batch: one row older (removed), one newer (kept) than it.
-    assert apply(store.sink, spark, [truncate((50, 0), "orders"), order((45, 0), 6), order((70, 0), 7)]) == {}
-    assert apply(store.sink, spark, [order((40, 0), 3)]) == {}  # late, older than the truncate
+    assert store.apply(spark, [truncate((50, 0), "orders"), order((45, 0), 6), order((70, 0), 7)]) == {}
+    assert store.apply(spark, [order((40, 0), 3)]) == {}  # late, older than the truncate
     assert [key for key in range(1, 8) if store.row("orders", key)] == [5, 7]
     assert store.row("order_items", {"order_id": "1", "line_no": "1"}) is not None, "other tables keep their rows"
-    assert apply(store.sink, spark, [truncate((30, 0), "orders"), order((35, 0), 8)]) == {}
+    assert store.apply(spark, [truncate((30, 0), "orders"), order((35, 0), 8)]) == {}
     assert store.row("orders", 8) is None, "an older truncate (replayed or late) never lowers the watermark"
     assert store.row("orders", 5) is not None
 
@@ -237,37 +245,37 @@ def test_truncate_removes_rows_below_it_keeps_newer_ones_and_never_goes_back(sto
 def test_a_primary_key_move_keeps_the_unchanged_toast_column_whatever_the_arrival(store, spark, arrival):
     """`UPDATE products SET id = 101 WHERE id = 1`, description TOASTed: Debezium sends a delete of the
     old key (moved) and a create of the new one with the placeholder (old_row_id)."""
-    apply(store.sink, spark, [product((5, 0), key=1, description=LONG)])
+    store.apply(spark, [product((5, 0), key=1, description=LONG)])
     delete = {**change((6, 1), "d", "products", 1), "moved": True}
     create = {**placeholder((6, 1), 101, op="c"), "old_row_id": "1"}
     batches = {"one batch": [[create, delete]], "delete first": [[delete], [create]],
                "create first": [[create], [delete]]}[arrival]
     for batch in batches:
-        assert apply(store.sink, spark, batch) == {}
+        assert store.apply(spark, batch) == {}
     assert store.value("products", 101, "description") == LONG
     assert store.row("products", 1) is None
 
 
 def test_a_primary_key_move_of_a_row_changed_in_the_same_batch_takes_that_change(store, spark):
-    apply(store.sink, spark, [product((1, 1), key=1, description="old text")])
+    store.apply(spark, [product((1, 1), key=1, description="old text")])
     delete = {**change((2, 1), "d", "products", 1), "moved": True}
     create = {**placeholder((2, 1), 100, op="c"), "old_row_id": "1"}
-    assert apply(store.sink, spark, [product((2, 0), key=1, description=LONG), delete, create]) == {}
+    assert store.apply(spark, [product((2, 0), key=1, description=LONG), delete, create]) == {}
     assert store.value("products", 100, "description") == LONG
 
 
 def test_a_primary_key_move_then_an_update_of_the_new_key_in_the_same_batch_keeps_the_toast_column(store, spark):
-    apply(store.sink, spark, [product((1, 1), key=1, description=LONG)])
+    store.apply(spark, [product((1, 1), key=1, description=LONG)])
     delete = {**change((2, 1), "d", "products", 1), "moved": True}
     create = {**placeholder((2, 1), 100, op="c"), "old_row_id": "1"}
-    assert apply(store.sink, spark, [delete, create, placeholder((3, 0), 100, price="7.00")]) == {}
+    assert store.apply(spark, [delete, create, placeholder((3, 0), 100, price="7.00")]) == {}
     row = store.row("products", 100)
     assert row is not None and (row["description"], row["price"], row["version"]) == (LONG, "7.00", (3, 0))
 
 
 def test_rows_of_a_composite_key_are_kept_per_key(store, spark):
-    apply(store.sink, spark, [item((1, 1), 1, 1), item((1, 2), 1, 2), item((1, 3), 2, 1)])
-    assert apply(store.sink, spark, [item((2, 1), 1, 2, quantity="7"), item((2, 2), 1, 1, op="d")]) == {}
+    store.apply(spark, [item((1, 1), 1, 1), item((1, 2), 1, 2), item((1, 3), 2, 1)])
+    assert store.apply(spark, [item((2, 1), 1, 2, quantity="7"), item((2, 2), 1, 1, op="d")]) == {}
     held = {key: store.row("order_items", {"order_id": str(key[0]), "line_no": str(key[1])})
             for key in ((1, 1), (1, 2), (2, 1))}
     assert held[(1, 1)] is None
