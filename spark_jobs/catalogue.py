@@ -18,10 +18,13 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from spark_jobs.errors import TidelineError
 from spark_jobs.files import replace_text
+
+if TYPE_CHECKING:
+    import psycopg
 
 log = logging.getLogger("tideline.catalogue")
 
@@ -36,6 +39,8 @@ JsonKind = Literal["raw", "text"]
 _INTEGERS = frozenset({"INT2", "INT4", "INT8", "OID"})
 _FLOATS = frozenset({"FLOAT4", "FLOAT8"})
 _JSON_TYPES = frozenset({"JSON", "JSONB"})
+# The kind of a column that is neither an integer, a decimal nor an enum, by PostgreSQL's typcategory.
+_KIND_OF_CATEGORY: dict[str, ColumnKind] = {"N": "number", "D": "time"}
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ class Column:
             return "decimal"
         if self.values:
             return "enum"
-        return {"N": "number", "D": "time"}.get(self.category, "other")
+        return _KIND_OF_CATEGORY.get(self.category, "other")
 
     @property
     def json_kind(self) -> JsonKind:
@@ -124,15 +129,16 @@ def column_of(name: str, type_name: str, typmod: int, category: str, element_cat
     return Column(name, type_name, precision, scale, tuple(labels), kind)
 
 
-def read(conn: object, schema: str, tables: list[str] | None = None) -> Catalogue:
+def read(conn: psycopg.Connection[Any], schema: str, tables: list[str] | None = None) -> Catalogue:
     """The catalogue of `schema`'s tables (all of them, or those named) on a psycopg connection."""
     wanted = list(tables or [])
     columns: dict[str, dict[str, Column]] = {}
     keys: dict[str, list[tuple[int, str]]] = {}
-    for table, name, type_name, typmod, category, element_category, labels, position in conn.execute(  # type: ignore[attr-defined]
+    for table, name, type_name, typmod, category, element_category, labels, position in conn.execute(
         _QUERY, (schema, wanted, wanted)
     ):
-        columns.setdefault(table, {})[name] = column_of(name, type_name, typmod, category, element_category, labels)
+        columns.setdefault(table, {})[name] = column_of(name, type_name, typmod, category, element_category,
+                                                        labels)
         if position is not None:
             keys.setdefault(table, []).append((position, name))
     return {t: TableSchema(found, tuple(c for _, c in sorted(keys.get(t, [])))) for t, found in columns.items()}
@@ -163,13 +169,13 @@ class LiveCatalogue:
     schema: str
     tables: list[str]
     cache_file: Path | None = None
-    _conn: object | None = field(default=None, repr=False)
+    _conn: psycopg.Connection[Any] | None = field(default=None, repr=False)
     _last: Catalogue | None = field(default=None, repr=False)
 
     def current(self) -> Catalogue:
         try:
             found = self._read()
-        except Exception as exc:  # noqa: BLE001 - any failure to read: use what is known, say so
+        except Exception as exc:  # any failure to read: use what is known, say so (logged or raised below)
             known = self._last if self._last is not None else self._cached()
             if known is None:
                 raise CatalogueError(f"cannot read PostgreSQL's catalogue ({exc}) and none was read before: "
@@ -185,14 +191,14 @@ class LiveCatalogue:
     def _read(self) -> Catalogue:
         import psycopg
 
-        if self._conn is None or self._conn.closed:  # type: ignore[attr-defined]
+        if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=5)
         return read(self._conn, self.schema, self.tables)
 
     def _close(self) -> None:
         if self._conn is not None:
             try:
-                self._conn.close()  # type: ignore[attr-defined]
+                self._conn.close()
             finally:
                 self._conn = None
 

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from spark_jobs.aggregates import AggregateConfigError, AggregatePlan, AggregateView, missing_column, plans
 from spark_jobs.catalogue import Catalogue
@@ -240,9 +241,13 @@ class PipelineConfig(_Strict):
                     f"windows.{name}.table: unknown table {view.table!r}; name one of {', '.join(self.tables)}"
                 )
             if table.warehouse is None:
-                raise ValueError(f"windows.{name}.table: {view.table} has no warehouse view; add `warehouse: {{}}` to it")
+                raise ValueError(
+                    f"windows.{name}.table: {view.table} has no warehouse view; add `warehouse: {{}}` to it"
+                )
             if taken := {name, late_table(name)} & self.warehouse_paths():
-                raise ValueError(f"windows.{name}: {', '.join(sorted(taken))} is taken by a warehouse table; choose another")
+                raise ValueError(
+                    f"windows.{name}: {', '.join(sorted(taken))} is taken by a warehouse table; choose another"
+                )
         return self
 
     def warehouse_paths(self) -> set[str]:
@@ -271,7 +276,9 @@ class PipelineConfig(_Strict):
                 if column not in columns:
                     problems.append(missing_column(f"windows.{name}.{field}", view.table, column, columns))
                 elif columns[column].kind not in kinds:
-                    problems.append(f"windows.{name}.{field}: {view.table}.{column} is not {kind} column; fix pipeline.yaml")
+                    problems.append(
+                        f"windows.{name}.{field}: {view.table}.{column} is not {kind} column; fix pipeline.yaml"
+                    )
         return problems
 
     def schema_problems(self, catalogue: Catalogue) -> list[str]:
@@ -321,7 +328,7 @@ class PipelineConfigError(ConfigurationError):
     """The pipeline file is missing or invalid; the message names the file, the field and the problem."""
 
 
-def _describe(error: dict) -> str:
+def _describe(error: ErrorDetails) -> str:
     location = ".".join(str(part) for part in error["loc"])
     return f"{location}: {error['msg']}" if location else error["msg"]
 
@@ -330,7 +337,9 @@ def load(path: Path = DEFAULT_PATH) -> PipelineConfig:
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError as exc:
-        raise PipelineConfigError(f"{path}: file not found; set TIDE_PIPELINE_FILE or create it (see docs/capture.md)") from exc
+        raise PipelineConfigError(
+            f"{path}: file not found; set TIDE_PIPELINE_FILE or create it (see docs/capture.md)"
+        ) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Literal, overload
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -30,10 +31,10 @@ from spark_jobs.catalogue import LiveCatalogue
 from spark_jobs.changes.stream import decode_stream
 from spark_jobs.config import PipelineConfig
 from spark_jobs.newest import newest_per_row
-from spark_jobs.realtime import create_topic, follow_up, partitions_read, require_slots, task_slots_of
+from spark_jobs.realtime import QueryGroup, create_topic, follow_up, partitions_read, require_slots, task_slots_of
 from spark_jobs.realtime import start as start_realtime
 from spark_jobs.session import starting_with
-from spark_jobs.settings import JobSettings, SinkName
+from spark_jobs.settings import JobSettings
 from spark_jobs.sinks.base import Batch, Capability, Sink
 from spark_jobs.sinks.registry import build_sink
 
@@ -88,7 +89,8 @@ class BatchWriter:
         try:
             self._apply(records, batch_id)
         finally:
-            context.setLocalProperty("spark.jobGroup.id", None)
+            # None unsets it (setLocalProperty's docstring says so; its annotation leaves None out).
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         jobs = context.statusTracker().getJobIdsForGroup(group)
         stages = sum(len(info.stageIds) for job in jobs if (info := context.statusTracker().getJobInfo(job)))
         log.info("%s batch %s ran %d Spark jobs, %d stages (skipped ones included)", self.sink.name, batch_id,
@@ -127,20 +129,34 @@ class BatchWriter:
             wait_until(self.sink.available, f"{self.sink.name} store unavailable; batch {batch_id}")
 
 
+@overload
+def build_query(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, sink_name: str, *,
+                sink: Sink | None = ..., checkpoint: Path | None = ...,
+                available_now: Literal[True]) -> StreamingQuery: ...
+
+
+@overload
+def build_query(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, sink_name: str, *,
+                sink: Sink | None = ..., checkpoint: Path | None = ...,
+                available_now: bool = ...) -> StreamingQuery | QueryGroup: ...
+
+
 def build_query(
     spark: SparkSession,
     settings: JobSettings,
     pipeline: PipelineConfig,
-    sink_name: SinkName,
+    sink_name: str,
     *,
     sink: Sink | None = None,
     checkpoint: Path | None = None,
     available_now: bool = False,
-) -> StreamingQuery:
-    """One sink's streaming query: its own checkpoint folder, its own consumer position.
+) -> StreamingQuery | QueryGroup:
+    """One sink's streaming query (a real-time one with a follow-up query is a QueryGroup): its own
+    checkpoint folder, its own consumer position. `sink_name` is looked up in the registry.
 
     `sink`, `checkpoint` and `available_now` serve rebuilds: a differently targeted sink, a fresh
-    checkpoint (so reading starts at offset zero), and a run that stops once caught up.
+    checkpoint (so reading starts at offset zero), and a run that stops once caught up (never in
+    Real-Time Mode, so a plain StreamingQuery).
     """
     sink = sink or build_sink(sink_name, settings, pipeline)
     catalogue = live_catalogue(settings, pipeline)
@@ -150,29 +166,33 @@ def build_query(
         realtime_slots(spark, settings, pipeline, sink_name)
     columns = catalogue.current()
     sink.setup(spark, columns)
-    spark.sparkContext.setLocalProperty("spark.scheduler.pool", sink_name)  # the query's jobs run in its own pool
+    # The query's jobs run in its own pool.
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", sink_name)
     checkpoint = checkpoint or settings.checkpoint_dir / sink_name
     starting = checkpoints.starting_offsets(checkpoint, topics, pipeline.source.partitions)
     name = f"tideline-{sink_name}" + ("" if checkpoint.name == sink_name else "-rebuild")
-    records = source(spark, settings, topics, starting, None if realtime else settings.max_offsets_of(sink_name))
+    max_offsets = None if realtime else settings.max_offsets_of(sink_name)
+    records = source(spark, settings, topics, starting, max_offsets)
     if realtime:
         query = start_realtime(records, sink, columns, settings, name=name, checkpoint=checkpoint)
         if (topic := sink.follow_up_topic()) is None:
             return query
         create_topic(settings.kafka_bootstrap, topic)
         follow = source(spark, settings, [topic], "earliest", settings.max_offsets_per_trigger)
-        return follow_up(query, follow, sink, settings, checkpoint=checkpoint.with_name(f"{checkpoint.name}-follow-up"))
+        return follow_up(query, follow, sink, settings,
+                         checkpoint=checkpoint.with_name(f"{checkpoint.name}-follow-up"))
     stream = (
         records.writeStream.queryName(name)
         .foreachBatch(BatchWriter(sink, settings, catalogue))
         .option("checkpointLocation", str(checkpoint))
     )
-    trigger = {"availableNow": True} if available_now else {"processingTime": settings.trigger_interval_of(sink_name)}
+    trigger = ({"availableNow": True} if available_now
+               else {"processingTime": settings.trigger_interval_of(sink_name)})
     with starting_with(spark, {}):  # not while a real-time query starts with its own conf
         return stream.trigger(**trigger).start()
 
 
-def realtime_slots(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, sink_name: SinkName) -> None:
+def realtime_slots(spark: SparkSession, settings: JobSettings, pipeline: PipelineConfig, sink_name: str) -> None:
     """Refuse (SlotsError) a real-time query that would not get a task slot per partition it reads: the
     other real-time queries running hold theirs, and the micro-batch queries keep the configured master's."""
     running = {query.name for query in spark.streams.active}

@@ -65,7 +65,7 @@ def local_master(settings: JobSettings, pipeline: PipelineConfig) -> str | None:
     return f"local[{int(found.group(1)) + extra}{found.group(2) or ''}]"
 
 
-def outgrown(master: str, settings: JobSettings, pipeline: PipelineConfig) -> str | None:
+def outgrown(master: str | None, settings: JobSettings, pipeline: PipelineConfig) -> str | None:
     """The local master a driver needs for `pipeline` when it is larger than `master` (the session's):
     a reload added tables, and so partitions, to a real-time query. None when `master` suffices or is
     not local (a cluster manager's slots are not counted)."""

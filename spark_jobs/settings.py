@@ -25,7 +25,9 @@ __all__ = ["REALTIME_CAPABLE", "SINKS", "JobSettings", "JobSettingsError", "Sink
 def sink_names(value: object) -> object:
     """A list of sinks from the environment: a JSON list or names separated by commas."""
     if isinstance(value, str):
-        return json.loads(value) if value.lstrip().startswith("[") else [n.strip() for n in value.split(",") if n.strip()]
+        if value.lstrip().startswith("["):
+            return json.loads(value)
+        return [n.strip() for n in value.split(",") if n.strip()]
     return value
 
 
@@ -111,18 +113,19 @@ class JobSettings(BaseSettings):
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
 
-    def trigger_interval_of(self, sink: SinkName) -> str:
+    def trigger_interval_of(self, sink: str) -> str:
         """How often `sink`'s query starts a micro-batch."""
         return str(getattr(self, spec_of(sink).trigger_setting))
 
-    def max_offsets_of(self, sink: SinkName) -> int:
+    def max_offsets_of(self, sink: str) -> int:
         """The most records one micro-batch of `sink`'s query takes."""
         return self.delta_max_offsets_per_trigger if sink in DELTA_SINKS else self.max_offsets_per_trigger
 
     def require_postgres_conninfo(self) -> str:
         if self.postgres_conninfo is None:
-            raise JobSettingsError("TIDE_JOB_POSTGRES_CONNINFO is not set: the jobs read column types from PostgreSQL's "
-                             "catalogue; `tide jobs start` sets it from the stack's settings (the CDC role)")
+            raise JobSettingsError("TIDE_JOB_POSTGRES_CONNINFO is not set: the jobs read column types from "
+                                   "PostgreSQL's catalogue; `tide jobs start` sets it from the stack's settings "
+                                   "(the CDC role)")
         return self.postgres_conninfo.get_secret_value()
 
 

@@ -5,6 +5,7 @@ and write the driver's status file every pass."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -24,7 +25,7 @@ from spark_jobs.config import PipelineConfig, PipelineConfigError, load
 from spark_jobs.files import replace_text
 from spark_jobs.keep_alive import RESTART
 from spark_jobs.pipeline import build_query, live_catalogue
-from spark_jobs.realtime import outgrown
+from spark_jobs.realtime import QueryGroup, outgrown
 from spark_jobs.settings import JobSettings
 
 log = logging.getLogger("tideline.pipeline")
@@ -32,7 +33,7 @@ log = logging.getLogger("tideline.pipeline")
 
 @dataclass
 class _Supervised:
-    query: StreamingQuery | None = None
+    query: StreamingQuery | QueryGroup | None = None
     retry_at: float = 0.0
     # A query that ran 30 s was healthy: its next failure restarts quickly again.
     backoff: Backoff = field(default_factory=lambda: Backoff(healthy_after_s=30.0))
@@ -71,7 +72,8 @@ class _Reloads:
     error: str | None = None
 
 
-def _reload(settings: JobSettings, pipeline: PipelineConfig, supervised: dict[str, _Supervised]) -> PipelineConfig:
+def _reload(settings: JobSettings, pipeline: PipelineConfig,
+            supervised: dict[str, _Supervised]) -> PipelineConfig:
     """Re-read pipeline.yaml's tables: stop each query whose tables changed, set its checkpoint aside
     if a table left it, and let the loop start it again on its new topics. The others run on.
     Raises PipelineConfigError (nothing changed) if the new file cannot replace the old one."""
@@ -94,7 +96,8 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
     """Run every configured sink's query; restart one that fails (e.g. its store is down) with
     exponential back-off while the others keep running; re-read pipeline.yaml's tables when asked
     (`tide tables add | remove`). Returns only if the session stops."""
-    supervised = {sink: _Supervised() for sink in settings.sinks if pipeline.sink_tables(sink)}
+    # By sink name (a reload adds and removes them; each is looked up in the registry when started).
+    supervised: dict[str, _Supervised] = {sink: _Supervised() for sink in settings.sinks if pipeline.sink_tables(sink)}
     catalogue = live_catalogue(settings, pipeline)
     # A request written before this driver started is already in the pipeline it loaded.
     reloads = _Reloads(control.read_reload(settings.reload_file))
@@ -130,10 +133,9 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
                 due.append(sink)
         _start_all(spark, settings, pipeline, {sink: supervised[sink] for sink in due}, catalogue)
         write_status(settings, supervised, pipeline, reloads)
-        try:
+        # A query failed: the next pass records its error and restarts it with backoff.
+        with contextlib.suppress(StreamingQueryException):
             spark.streams.awaitAnyTermination(timeout=5)
-        except StreamingQueryException:
-            pass  # a query failed: the next pass records its error and restarts it with backoff
         spark.streams.resetTerminated()
 
 
@@ -188,7 +190,8 @@ def _restart_if_outgrown(spark: SparkSession, settings: JobSettings, pipeline: P
     sys.exit(RESTART)
 
 
-def _restart_on_new_catalogue(sink: str, state: _Supervised, catalogue: Catalogue, tables: list[str]) -> None:
+def _restart_on_new_catalogue(sink: str, state: _Supervised, catalogue: Catalogue,
+                              tables: list[str]) -> None:
     """Stop a real-time query whose tables' columns changed at the source (the loop starts it again at
     once, planned with the new catalogue): its decoder's time columns and the cache's column types
     were fixed when it was planned. The epoch in flight is replayed."""
@@ -236,6 +239,12 @@ def _running(state: _Supervised) -> bool:
     return bool(query.status.get("isTriggerActive")) and time.monotonic() - state.started_at >= RUNNING_AFTER_S
 
 
+def _batch_id(state: _Supervised) -> int | None:
+    """The query's last finished micro-batch (epoch), None before its first."""
+    progress = state.query.lastProgress if state.query else None
+    return progress.get("batchId") if progress else None
+
+
 def write_status(settings: JobSettings, supervised: dict[str, _Supervised], pipeline: PipelineConfig,
                  reloads: _Reloads) -> None:
     """Each query's state and tables for `tide jobs status` and `tide tables` (written atomically:
@@ -247,7 +256,7 @@ def write_status(settings: JobSettings, supervised: dict[str, _Supervised], pipe
                 "active": bool(state.query is not None and state.query.isActive),
                 "paused": state.paused,
                 "last_error": state.last_error,
-                "batch_id": (state.query.lastProgress or {}).get("batchId") if state.query else None,
+                "batch_id": _batch_id(state),
                 "running": _running(state),
                 "tables": pipeline.sink_tables(sink),
             }

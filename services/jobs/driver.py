@@ -13,8 +13,7 @@ from psycopg.conninfo import make_conninfo
 from services.settings import StackSettings
 from services.stack import elasticsearch, jars, postgres
 from services.stack.service import Service, StackError, Unhealthy
-from spark_jobs import catalogue
-from spark_jobs import config, drivers
+from spark_jobs import catalogue, config, drivers
 from spark_jobs.config import load
 from spark_jobs.settings import SINKS, JobSettings
 
@@ -56,7 +55,9 @@ def job_env(settings: StackSettings) -> dict[str, str]:
 def job_settings(settings: StackSettings) -> JobSettings:
     """The apply jobs' typed settings for this stack (what `job_env` hands the driver)."""
     env = job_env(settings)
-    return JobSettings(**{key.removeprefix("TIDE_JOB_").lower(): value for key, value in env.items()})
+    # Validated from the variables' text, as the driver reads them (BaseSettings' __init__ runs: the
+    # environment's other TIDE_JOB_* still apply).
+    return JobSettings.model_validate({key.removeprefix("TIDE_JOB_").lower(): value for key, value in env.items()})
 
 
 def status_file(settings: StackSettings) -> Path:
@@ -95,7 +96,8 @@ def merge_reports(reports: list[dict]) -> dict | None:
                for report in reports for sink, query in report["queries"].items()}
     return {
         "written_at_ms": min(report.get("written_at_ms", 0) for report in reports),
-        "queries": dict(sorted(queries.items(), key=lambda item: SINKS.index(item[0]) if item[0] in SINKS else len(SINKS))),
+        "queries": dict(sorted(queries.items(),
+                               key=lambda item: SINKS.index(item[0]) if item[0] in SINKS else len(SINKS))),
         "reload": {"request": requests.pop() if len(requests) == 1 else None, "error": "; ".join(errors) or None},
     }
 

@@ -94,8 +94,9 @@ _SPECS = (
 REGISTRY: dict[str, SinkSpec] = {spec.name: spec for spec in _SPECS}
 SINKS: tuple[SinkName, ...] = tuple(spec.name for spec in _SPECS)
 DELTA_SINKS: tuple[SinkName, ...] = tuple(spec.name for spec in _SPECS if spec.kind is Kind.DELTA)
-REALTIME_CAPABLE: tuple[SinkName, ...] = tuple(spec.name for spec in _SPECS if Capability.REAL_TIME in spec.capabilities)
-assert SINKS == get_args(SinkName), "SinkName must list the declared sinks, in order"
+REALTIME_CAPABLE: tuple[SinkName, ...] = tuple(spec.name for spec in _SPECS
+                                               if Capability.REAL_TIME in spec.capabilities)
+assert get_args(SinkName) == SINKS, "SinkName must list the declared sinks, in order"
 
 
 class UnknownSinkError(ConfigurationError):

@@ -97,7 +97,8 @@ def test_tables_waits_until_every_query_reads_its_tables_and_runs_them_and_fails
 
     def status(request="r1", error=None, **search) -> None:
         queries = {sink: {"active": True, "paused": False, "last_error": None, "batch_id": 3,
-                          "tables": pipeline.sink_tables(sink)} for sink in ("search", "cache", "warehouse", "analytics")}
+                          "tables": pipeline.sink_tables(sink)}
+                   for sink in ("search", "cache", "warehouse", "analytics")}
         queries["search"].update(search)
         driver.status_file(settings).parent.mkdir(parents=True, exist_ok=True)
         driver.status_file(settings).write_text(json.dumps({"queries": queries,
@@ -117,7 +118,7 @@ def test_tables_waits_until_every_query_reads_its_tables_and_runs_them_and_fails
     with pytest.raises(StackError, match="the search query stopped on its new tables: Partitions Set"):
         _applied(settings, pipeline, "r1")
     status(error="pipeline.yaml changed the views of orders")
-    with pytest.raises(StackError, match="the apply jobs kept their tables: pipeline.yaml changed the views"):
+    with pytest.raises(StackError, match=r"the apply jobs kept their tables: pipeline\.yaml changed the views"):
         _applied(settings, pipeline, "r1")
 
 

@@ -26,5 +26,5 @@ def test_each_cap_follows_its_own_variable(monkeypatch):
 
 def test_a_cap_below_one_is_refused_naming_its_variable(monkeypatch):
     monkeypatch.setenv("TIDE_JOB_DELTA_MAX_OFFSETS_PER_TRIGGER", "0")
-    with pytest.raises(JobSettingsError, match="^invalid setting TIDE_JOB_DELTA_MAX_OFFSETS_PER_TRIGGER: "):
+    with pytest.raises(JobSettingsError, match=r"^invalid setting TIDE_JOB_DELTA_MAX_OFFSETS_PER_TRIGGER: "):
         read_settings()

@@ -68,7 +68,8 @@ class Hooks(Protocol):
 class CurrentState:
     """One current-state Delta table per table under `folder`, with tombstones and watermarks."""
 
-    def __init__(self, folder: str, pipeline: PipelineConfig, tables: list[str], prune_by_key_range: bool = True) -> None:
+    def __init__(self, folder: str, pipeline: PipelineConfig, tables: list[str],
+                 prune_by_key_range: bool = True) -> None:
         self.folder = folder.rstrip("/")
         self.pipeline = pipeline
         self.tables = list(tables)
@@ -136,7 +137,8 @@ class CurrentState:
         ranges = {}
         for table in self.tables:
             schema = catalogue.get(table)
-            if schema and len(schema.primary_key) == 1 and schema.columns[schema.primary_key[0]].type in ("INT2", "INT4", "INT8"):
+            if (schema and len(schema.primary_key) == 1
+                    and schema.columns[schema.primary_key[0]].type in ("INT2", "INT4", "INT8")):
                 key = F.try_element_at(F.col("key"), F.lit(schema.primary_key[0])).try_cast("bigint")
                 mine = F.col("table") == table
                 ranges[f"low_{table}"] = F.min(F.when(mine, key))
@@ -156,8 +158,10 @@ class CurrentState:
         if not any(found.fresh_deletes for found in facts.values()):
             return
         fresh = guarded.where((F.col("op") == "d") & F.expr(newer_or_absent(_CHANGE, _TOMB)))
-        images = [self._moved_images(spark, plans[table], fresh) for table, found in facts.items() if found.moved_deletes]
-        rows = fresh.select("table", "row_id", F.col("version.major").alias("major"), F.col("version.minor").alias("minor"))
+        images = [self._moved_images(spark, plans[table], fresh)
+                  for table, found in facts.items() if found.moved_deletes]
+        rows = fresh.select("table", "row_id", F.col("version.major").alias("major"),
+                            F.col("version.minor").alias("minor"))
         if images:
             rows = rows.join(reduce(lambda a, b: a.unionByName(b), images), ["table", "row_id"], "left")
         else:
@@ -193,8 +197,9 @@ class CurrentState:
         the old key's columns as text, each from the best source that has it (its row in the table over
         its tombstone's image; the batch's own changes of the old key were filled in by
         spark_jobs/newest.py)."""
-        olds = changes.where(F.col("after").isNotNull() & F.col("old_row_id").isNotNull() & (F.size("unavailable") > 0)) \
-            .select(F.col("old_row_id").alias("_old"), *key_of_row_id(F.col("old_row_id"), plan)).distinct()
+        olds = changes.where(
+            F.col("after").isNotNull() & F.col("old_row_id").isNotNull() & (F.size("unavailable") > 0)
+        ).select(F.col("old_row_id").alias("_old"), *key_of_row_id(F.col("old_row_id"), plan)).distinct()
         stored = spark.read.format("delta").load(self.path(plan.table))
         candidates = [
             stored.join(olds, list(plan.keys)).select("_old", image(plan).alias("_image"), F.lit(2).alias("_rank")),

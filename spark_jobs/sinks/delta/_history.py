@@ -41,7 +41,7 @@ from spark_jobs.sinks.delta._version import Version, newer, quote
 from spark_jobs.sinks.delta.layout import IS_CURRENT, SOURCE_OP, UNAVAILABLE, VALID_FROM, VALID_TO
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 ENDS = ("d", "t")  # operations that end a row: such a version is never current
 HISTORY_META = [
@@ -79,8 +79,9 @@ def intervals(stored: DataFrame, arriving: DataFrame, keys: list[str]) -> DataFr
     earlier = order.rowsBetween(Window.unboundedPreceding, -1)
     # A column unavailable in a version takes the nearest earlier version's value that was known
     # (wrapped in a struct, so a real NULL counts as known: a delete's NULLs stop the inheritance).
-    known = {c: F.last(F.when(~F.array_contains(UNAVAILABLE, c), F.struct(F.col(quote(c)).alias("v"))), ignorenulls=True)
-             .over(earlier) for c in data}
+    known = {c: F.last(F.when(~F.array_contains(UNAVAILABLE, c), F.struct(F.col(quote(c)).alias("v"))),
+                       ignorenulls=True).over(earlier)
+             for c in data}
     inherited = {c: F.when(F.array_contains(UNAVAILABLE, c) & known[c].isNotNull(), known[c].getField("v"))
                  .otherwise(F.col(quote(c))) for c in data}
     found = F.array(*(F.when(known[c].isNotNull(), F.lit(c)) for c in data)) if data else F.array()
@@ -93,8 +94,8 @@ def intervals(stored: DataFrame, arriving: DataFrame, keys: list[str]) -> DataFr
         F.size(UNAVAILABLE).alias("_had_unavailable"),
     )
     return wanted.where(
-        ~F.col("_stored") | ~F.col(VALID_TO).eqNullSafe(F.col("_valid_to")) | (F.col(IS_CURRENT) != F.col("_is_current"))
-        | (F.col("_had_unavailable") != F.size("_unavailable"))
+        ~F.col("_stored") | ~F.col(VALID_TO).eqNullSafe(F.col("_valid_to"))
+        | (F.col(IS_CURRENT) != F.col("_is_current")) | (F.col("_had_unavailable") != F.size("_unavailable"))
     )
 
 
@@ -180,9 +181,12 @@ class History:
         stored = history.join(arriving.select(*(quote(k) for k in keys)).distinct(), keys, "left_semi")
         changed = intervals(stored, arriving, keys)
         data = [f.name for f in history.schema.fields if f.name not in keys and f.name not in _META_NAMES]
-        updates = {VALID_TO: "s._valid_to", IS_CURRENT: "s._is_current", UNAVAILABLE: "s._unavailable"}
+        # SQL text per column, typed as Delta's MERGE API takes it (SQL text or a Column).
+        updates: dict[str, str | Column] = {VALID_TO: "s._valid_to", IS_CURRENT: "s._is_current",
+                                            UNAVAILABLE: "s._unavailable"}
         updates |= {quote(c): f"s.{quote('_v_' + c)}" for c in data}
-        inserts = updates | {quote(c): f"s.{quote(c)}" for c in (*keys, VERSION_MAJOR, VERSION_MINOR, SOURCE_OP, VALID_FROM)}
+        inserts = updates | {quote(c): f"s.{quote(c)}"
+                             for c in (*keys, VERSION_MAJOR, VERSION_MINOR, SOURCE_OP, VALID_FROM)}
         on = " AND ".join([*(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys),
                            f"t.{VERSION_MAJOR} = s.{VERSION_MAJOR}", f"t.{VERSION_MINOR} = s.{VERSION_MINOR}"])
         (DeltaTable.forPath(spark, path).alias("t").merge(changed.alias("s"), on)
@@ -203,8 +207,9 @@ class History:
         columns = [f for f in history.schema.fields if f.name not in _META_NAMES]
         closing = live.select(
             *(F.col(quote(f.name)) if f.name in keys else F.lit(None).cast(f.dataType).alias(f.name) for f in columns),
-            F.lit("t").alias(SOURCE_OP), F.col("_t_at").alias(VALID_FROM), F.lit(None).cast(TimestampType()).alias(VALID_TO),
-            F.lit(False).alias(IS_CURRENT), F.col("_t_major").alias(VERSION_MAJOR), F.col("_t_minor").alias(VERSION_MINOR),
+            F.lit("t").alias(SOURCE_OP), F.col("_t_at").alias(VALID_FROM),
+            F.lit(None).cast(TimestampType()).alias(VALID_TO), F.lit(False).alias(IS_CURRENT),
+            F.col("_t_major").alias(VERSION_MAJOR), F.col("_t_minor").alias(VERSION_MINOR),
             F.array().cast(ArrayType(StringType())).alias(UNAVAILABLE),
         )
         self._merge(spark, plan, closing)

@@ -38,7 +38,8 @@ TOMBSTONES = StructType([
     StructField("major", LongType()), StructField("minor", LongType()),
     StructField("image", MapType(StringType(), StringType())),
 ])
-TRUNCATES = StructType([StructField("table", StringType()), StructField("major", LongType()), StructField("minor", LongType())])
+TRUNCATES = StructType([StructField("table", StringType()), StructField("major", LongType()),
+                        StructField("minor", LongType())])
 _TOMB = Version.of(None, "major", "minor")
 
 
@@ -87,7 +88,8 @@ class Marks:
 
         below = f"`table` = {text(table)} AND {not_newer(_TOMB, Version.literal(version))}"
         DeltaTable.forPath(spark, self.tombstones_path).delete(below)
-        spark.createDataFrame([(table, *version)], TRUNCATES).write.format("delta").mode("append").save(self.truncates_path)
+        spark.createDataFrame([(table, *version)], TRUNCATES).write.format("delta").mode("append").save(
+            self.truncates_path)
         self.watermarks[table] = version
 
 

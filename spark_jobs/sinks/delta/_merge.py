@@ -94,8 +94,10 @@ def run_merge(spark: SparkSession, path: str, source: DataFrame, merge: MergeTex
     (
         DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), merge.on)
         .whenMatchedDelete(merge.delete_when)
-        .whenMatchedUpdate(merge.update_when, set=merge.update_set)
-        .whenNotMatchedInsert(merge.insert_when, values=merge.insert_values)
+        # Copies typed as the API takes them (dict[str, str | Column]: a dict[str, str] is not one, as dict
+        # is invariant in its values).
+        .whenMatchedUpdate(merge.update_when, set=dict(merge.update_set))
+        .whenNotMatchedInsert(merge.insert_when, values=dict(merge.insert_values))
         .execute()
     )
 

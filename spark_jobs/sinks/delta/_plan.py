@@ -14,6 +14,7 @@ stored schema and the batch's facts (no data is read here).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pyspark.sql.types import DataType
@@ -41,7 +42,7 @@ class TablePlan:
 
 
 def plan_table(table: str, schema: TableSchema | None, stored: dict[str, DataType] | None,
-               batch_columns: list[str], batch_keys: list[str], excluded: list[str] = ()) -> TablePlan:
+               batch_columns: list[str], batch_keys: list[str], excluded: Collection[str] = ()) -> TablePlan:
     """The plan for `table`. `stored` holds the table's data columns (None: no table yet);
     `batch_columns`/`batch_keys` are the column and key names the batch's changes carry."""
     catalogue = {name: column for name, column in (schema.columns.items() if schema else ()) if name not in excluded}

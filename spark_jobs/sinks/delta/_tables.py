@@ -91,7 +91,8 @@ class Tables:
             self._schemas[path] = DeltaTable.forPath(spark, path).toDF().schema
         return self._schemas[path]
 
-    def create(self, spark: SparkSession, path: str, schema: StructType, properties: dict[str, str] | None = None) -> None:
+    def create(self, spark: SparkSession, path: str, schema: StructType,
+               properties: dict[str, str] | None = None) -> None:
         """Create the table if it is missing (idempotent)."""
         from delta.tables import DeltaTable
 
@@ -117,7 +118,8 @@ class Tables:
             self._schemas.pop(path, None)
 
     def ensure(self, spark: SparkSession, path: str, fields: dict[str, DataType], meta: list[StructField],
-               added: tuple[str, ...] = (), widened: tuple[str, ...] = (), properties: dict[str, str] | None = None) -> None:
+               added: tuple[str, ...] = (), widened: tuple[str, ...] = (),
+               properties: dict[str, str] | None = None) -> None:
         """Create the table with `fields` + `meta`, or evolve it to them."""
         if self.schema(spark, path) is None:
             self.create(spark, path, StructType([StructField(c, t) for c, t in fields.items()] + meta), properties)

@@ -49,7 +49,7 @@ _SCALARS: dict[str, DataType] = {
     "FLOAT4": FloatType(), "FLOAT8": DoubleType(), "BOOL": BooleanType(),
     "TIMESTAMPTZ": TimestampType(), "TIMESTAMP": TimestampNTZType(), "DATE": DateType(), "BYTEA": BinaryType(),
 }
-_INTEGRAL_RANK = {ShortType: 1, IntegerType: 2, LongType: 3}
+_INTEGRAL_RANK: dict[type[DataType], int] = {ShortType: 1, IntegerType: 2, LongType: 3}
 
 
 def spark_type(column: Column | None) -> DataType:

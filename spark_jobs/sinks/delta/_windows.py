@@ -82,7 +82,8 @@ def in_windows(rows: DataFrame, specs: list[WindowSpec]) -> DataFrame:
     return reduce(lambda a, b: a.unionByName(b), parts)
 
 
-def late_changes(view: WindowView, plan: TablePlan, source: DataFrame, held: DataFrame, watermark: datetime) -> DataFrame:
+def late_changes(view: WindowView, plan: TablePlan, source: DataFrame, held: DataFrame,
+                 watermark: datetime) -> DataFrame:
     """The late effects of `source` (a current-state MERGE source) on closed windows, relative to the
     rows `held` (the copy before the MERGE): a record per (window, row, version) with its deltas."""
     time_column, value_column = view.time_column, view.value_column
@@ -102,7 +103,8 @@ def late_changes(view: WindowView, plan: TablePlan, source: DataFrame, held: Dat
             return F.lit(None)
         # The fill-version rule, as the MERGE applies it: the held value stays where the held row is new enough.
         kept = F.expr(keep_stored(Version.field(f"try_element_at({KEEP}, '{column}')"), _HELD))
-        return F.when(F.col(OP) == "d", F.lit(None)).when(F.coalesce(kept, F.lit(False)), F.col(old)).otherwise(F.col(quote(column)))
+        return (F.when(F.col(OP) == "d", F.lit(None)).when(F.coalesce(kept, F.lit(False)), F.col(old))
+                .otherwise(F.col(quote(column))))
 
     identity = [F.col(ROW_ID).alias(LATE_ROW_ID), F.col(VERSION_MAJOR), F.col(VERSION_MINOR)]
     old = joined.where(F.col("_old_time").isNotNull()).select(
@@ -116,8 +118,10 @@ def late_changes(view: WindowView, plan: TablePlan, source: DataFrame, held: Dat
     deltas = in_windows(old.unionByName(new), view.windows).groupBy(
         LATE_ROW_ID, VERSION_MAJOR, VERSION_MINOR, SIZE, SLIDE, START, END
     ).agg(F.sum("_value").alias(VALUE_DELTA), F.sum("_count").alias(COUNT_DELTA))
-    return deltas.where((F.col(END) <= at) & ((F.coalesce(F.col(VALUE_DELTA), F.lit(0)) != 0) | (F.col(COUNT_DELTA) != 0))).select(
-        SIZE, SLIDE, START, END, LATE_ROW_ID, VERSION_MAJOR, VERSION_MINOR, VALUE_DELTA, COUNT_DELTA, at.alias(WATERMARK),
+    changed = (F.coalesce(F.col(VALUE_DELTA), F.lit(0)) != 0) | (F.col(COUNT_DELTA) != 0)
+    return deltas.where((F.col(END) <= at) & changed).select(
+        SIZE, SLIDE, START, END, LATE_ROW_ID, VERSION_MAJOR, VERSION_MINOR, VALUE_DELTA, COUNT_DELTA,
+        at.alias(WATERMARK),
         F.lit(f"window closed: its end is not after the watermark (newest event time minus "
               f"{view.allowed_lateness_seconds} s)").alias(REASON),
         F.current_timestamp().alias("recorded_at"),
@@ -130,11 +134,13 @@ def window_figures(view: WindowView, rows: DataFrame, watermark: datetime | None
                         F.col(quote(view.value_column)).alias("_value")).where(F.col("_time").isNotNull())
     if watermark is not None:  # only rows that can be in an open window
         longest = max(spec.size_seconds for spec in view.windows)
-        timed = timed.where(F.col("_time") > F.lit(watermark).cast(TimestampType()) - F.expr(f"INTERVAL {longest} SECONDS"))
+        timed = timed.where(
+            F.col("_time") > F.lit(watermark).cast(TimestampType()) - F.expr(f"INTERVAL {longest} SECONDS"))
     windows = in_windows(timed.withColumn("_count", F.lit(1)), view.windows)
     if watermark is not None:
         windows = windows.where(F.col(END) > F.lit(watermark).cast(TimestampType()))
-    return windows.groupBy(SIZE, SLIDE, START, END).agg(F.sum("_value").alias(VALUE_SUM), F.count(F.lit(1)).alias(ROW_COUNT))
+    return windows.groupBy(SIZE, SLIDE, START, END).agg(F.sum("_value").alias(VALUE_SUM),
+                                                        F.count(F.lit(1)).alias(ROW_COUNT))
 
 
 class Windows:
@@ -168,8 +174,9 @@ class Windows:
 
     def extras(self, catalogue: Catalogue) -> dict[str, Column]:
         return {
-            f"newest_{name}": F.max(F.when((F.col("table") == view.table) & F.col("after").isNotNull(),
-                                           F.try_element_at("after", F.lit(view.time_column)).try_cast(TimestampType())))
+            f"newest_{name}": F.max(F.when(
+                (F.col("table") == view.table) & F.col("after").isNotNull(),
+                F.try_element_at("after", F.lit(view.time_column)).try_cast(TimestampType())))
             for name, view in self.views.items()
         }
 
@@ -184,7 +191,8 @@ class Windows:
                 if count:
                     self._insert_late(spark, name, late)
                     log.warning("%s: %d window figures changed after their window closed (allowed lateness %ss): "
-                                "recorded in %s", name, count, view.allowed_lateness_seconds, self.path(late_table(name)))
+                                "recorded in %s", name, count, view.allowed_lateness_seconds,
+                                self.path(late_table(name)))
             finally:
                 late.unpersist()
 
@@ -233,7 +241,8 @@ class Windows:
         candidate = newest - timedelta(seconds=view.allowed_lateness_seconds)
         held = self.watermarks.get(name)
         if held is None or candidate > held:
-            spark.createDataFrame([(name, candidate)], WATERMARKS).write.format("delta").mode("append").save(self.watermarks_path)
+            spark.createDataFrame([(name, candidate)], WATERMARKS).write.format("delta").mode("append").save(
+                self.watermarks_path)
             self.watermarks[name] = candidate
 
 

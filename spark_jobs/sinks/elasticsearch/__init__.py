@@ -79,7 +79,8 @@ class ElasticsearchSink(Sink):
         return [alias for table in self.pipeline.tables if (alias := self.alias(table))] + list(self.pipeline.nested)
 
     def target(self, table: str) -> str:
-        return self.targets.get(table) or self.alias(table)  # type: ignore[return-value]
+        """The index a table of this sink's (`tables()`: each has a search view, so an alias) is written to."""
+        return self.targets.get(table) or self.alias(table)  # type: ignore[return-value]  # never None: see above
 
     def _full_text(self, table: str) -> list[str]:
         search = self.pipeline.tables[table].search
@@ -165,7 +166,7 @@ class ElasticsearchSink(Sink):
     def swap_alias(self, alias: str, index: str) -> None:
         """Point `alias` at `index` only, in one atomic `_aliases` call. Old indices are kept."""
         with _store.client(self.url) as es:
-            current = es.indices.get_alias(name=alias) if es.indices.exists_alias(name=alias) else {}
+            current = es.indices.get_alias(name=alias).body if es.indices.exists_alias(name=alias) else {}
             old = [name for name in current if name != index]
             actions = [{"remove": {"index": name, "alias": alias}} for name in old]
             es.indices.update_aliases(actions=[*actions, {"add": {"index": index, "alias": alias}}])
@@ -185,7 +186,7 @@ class ElasticsearchSink(Sink):
             self._map_columns(es, batch.catalogue)  # a column added at the source is mapped first
         tables = self.tables()
         mine = batch.newest.where(F.col("table").isin(*tables))
-        aliases = {table: self.alias(table) for table in tables}
+        aliases = {table: alias for table in tables if (alias := self.alias(table))}  # all have one
         targets = {table: self.target(table) for table in tables}
         prepared = documents(mine, batch.catalogue, tables, aliases, targets, self._refused)
         # Rejects are few: one partition. The exchange also lets the nested stage below reuse this
@@ -219,8 +220,9 @@ class ElasticsearchSink(Sink):
 
         tables = self.tables()
         touches = touch_values(self.pipeline.nested) if self.pipeline.nested else F.array().cast("array<string>")
-        return writer_rows(changes, catalogue, tables, {t: self.alias(t) for t in tables},
-                           {t: self.target(t) for t in tables}, self._refused, touches, self.name)
+        aliases = {table: alias for table in tables if (alias := self.alias(table))}  # all have one
+        return writer_rows(changes, catalogue, tables, aliases, {t: self.target(t) for t in tables}, self._refused,
+                           touches, self.name)
 
     def writer(self, jvm: Any, letters: LetterTopic) -> Any:
         """spark_jobs/jars/src's SearchChangeWriter: the same compare-and-set writes as the micro-batch

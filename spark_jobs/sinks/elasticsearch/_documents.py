@@ -68,14 +68,17 @@ def _document(columns: Column, table: Column, raw_kinds: Column) -> Column:
         F.lit(f',"{COMMIT_TS}":'),
         F.coalesce(json_string(F.date_format("commit_ts", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")), F.lit("null")),
     )
-    fields = F.array_join(F.transform(F.map_entries(columns), lambda e: _fragment(table, raw_kinds, e["key"], e["value"])), ",")
-    return F.concat(F.lit("{"), F.when(F.size(columns) > 0, F.concat(fields, F.lit(","))).otherwise(F.lit("")), meta, F.lit("}"))
+    fields = F.array_join(
+        F.transform(F.map_entries(columns), lambda e: _fragment(table, raw_kinds, e["key"], e["value"])), ",")
+    return F.concat(F.lit("{"), F.when(F.size(columns) > 0, F.concat(fields, F.lit(","))).otherwise(F.lit("")), meta,
+                    F.lit("}"))
 
 
 def _id(alias: Column, row_id: Column) -> Column:
     """The tombstone's id: `<alias>/<row id>`, the row id hashed when the whole would exceed the limit."""
     whole = F.concat(alias, F.lit("/"), row_id)
-    return F.when(F.octet_length(whole) > MAX_ID_BYTES, F.concat(alias, F.lit("/sha256:"), F.sha2(row_id, 256))).otherwise(whole)
+    return F.when(F.octet_length(whole) > MAX_ID_BYTES,
+                  F.concat(alias, F.lit("/sha256:"), F.sha2(row_id, 256))).otherwise(whole)
 
 
 def _head(index: Column, doc_id: Column) -> Column:
@@ -113,9 +116,11 @@ def _document_columns(catalogue: Catalogue, tables: list[str], aliases: Mapping[
     return [
         "op", "moved", "table", alias.alias("alias"), target.alias("target"), "version", "origin",
         _error(after, refused).alias("error"), "row_id", "old_row_id", "unavailable", "filled",
-        (F.size(keep) > 0).alias("has_keep"), _fill_bound("min").alias("fill_low"), _fill_bound("max").alias("fill_high"),
+        (F.size(keep) > 0).alias("has_keep"), _fill_bound("min").alias("fill_low"),
+        _fill_bound("max").alias("fill_high"),
         # An `update` merges objects field by field: a json column's new value must replace, not merge.
-        F.exists(F.map_keys(partial), lambda k: F.array_contains(F.coalesce(objects[table], F.array().cast("array<string>")), k))
+        F.exists(F.map_keys(partial),
+                 lambda k: F.array_contains(F.coalesce(objects[table], F.array().cast("array<string>")), k))
         .alias("keeps_objects"),
         F.when(F.col("after").isNotNull(), _document(after, table, raw_kinds)).alias("doc"),
         F.when(F.col("after").isNotNull() & (F.size(keep) > 0), _document(partial, table, raw_kinds)).alias("partial"),
@@ -136,7 +141,8 @@ def _lookup(mapping: Mapping[str, str], key: Column) -> Column:
 
 def _object_columns(catalogue: Catalogue, tables: list[str]) -> Column:
     """table → its json/jsonb columns (stored as objects)."""
-    found = {table: [name for name, column in catalogue[table].columns.items() if column.is_json and not column.is_array]
+    found = {table: [name for name, column in catalogue[table].columns.items()
+                     if column.is_json and not column.is_array]
              for table in tables if table in catalogue}
     found = {table: names for table, names in found.items() if names}
     if not found:
@@ -186,7 +192,8 @@ def writer_rows(changes: DataFrame, catalogue: Catalogue, tables: list[str], ali
         F.when(F.col("undecoded") | (~truncate & refused_here), F.lit("letter")).when(truncate, F.lit("truncate"))
         .otherwise(F.lit("row")).alias("kind"),
         "origin",
-        F.coalesce(F.col("decode_letter"), F.when(~truncate & refused_here, letter_value(f"apply:{sink}", F.col("error"))))
+        F.coalesce(F.col("decode_letter"),
+                   F.when(~truncate & refused_here, letter_value(f"apply:{sink}", F.col("error"))))
         .alias("letter"),
         "touches", *_SHARED_COLUMNS,
         F.when(F.col("old_row_id").isNotNull(), _head(F.col("target"), F.col("old_row_id"))).alias("old_head"),

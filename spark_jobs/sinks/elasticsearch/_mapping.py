@@ -29,10 +29,10 @@ _OBJECTS = {"JSONB", "JSON"}
 META_PROPERTIES = {VERSION_MAJOR: {"type": "long"}, VERSION_MINOR: {"type": "long"}, COMMIT_TS: {"type": "date"}}
 # Side documents (tombstones, watermarks): the alias (and row id) they belong to and a version; a
 # tombstone of a row that moved to another key keeps the row's image, unindexed.
-SIDE_MAPPING = {
+SIDE_MAPPING: dict[str, Any] = {
     "dynamic": "strict",
-    "properties": {"alias": {"type": "keyword"}, "id": {"type": "keyword"}, "image": {"type": "object", "enabled": False},
-                   **META_PROPERTIES},
+    "properties": {"alias": {"type": "keyword"}, "id": {"type": "keyword"},
+                   "image": {"type": "object", "enabled": False}, **META_PROPERTIES},
 }
 
 

@@ -57,7 +57,11 @@ class Touch:
     value: str
 
 
-def _join_value(row: Row | None, column: str) -> str | None:
+def _join_value(row: Row | None, column: str | None) -> str | None:
+    """The row's value of a join column, as a row id; None when absent (or no column is named: the
+    pipeline's checks require one on every join)."""
+    if column is None:
+        return None
     value = (row or {}).get(column)
     return None if value is None else row_id([value])
 
@@ -229,7 +233,8 @@ def write_op(index: str, doc_id: str, body: dict[str, Any], held: Stored | None)
 
 def delete_op(index: str, doc_id: str, held: Stored) -> Op:
     """Delete only if the document is still what was read."""
-    return {"delete": {"_index": index, "_id": doc_id, "if_seq_no": held.seq_no, "if_primary_term": held.primary_term}}, None
+    return {"delete": {"_index": index, "_id": doc_id, "if_seq_no": held.seq_no,
+                       "if_primary_term": held.primary_term}}, None
 
 MAX_TERMS = 10_000  # values per terms query (Elasticsearch allows 65536)
 
@@ -248,10 +253,11 @@ class SearchState:
         return {hit["_id"]: hit.get("_source") or {} for hit in hits if Stored.of(hit)}
 
     def referring(self, table: str, column: str, values: list[str], columns: list[str]) -> dict[str, Row]:
-        found = {}
+        found: dict[str, Row] = {}
         for start in range(0, len(values), MAX_TERMS):
             query = {"query": {"terms": {column: values[start:start + MAX_TERMS]}}, "_source": columns}
-            found |= {hit["_id"]: hit["_source"] for hit in helpers.scan(self.es, index=self.target(table), query=query)}
+            found |= {hit["_id"]: hit["_source"]
+                      for hit in helpers.scan(self.es, index=self.target(table), query=query)}
         return found
 
 

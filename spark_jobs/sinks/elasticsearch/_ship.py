@@ -40,7 +40,8 @@ _MGET = pa.schema([pa.field("docs", pa.list_(pa.struct([
     pa.field("_source", _VERSION), pa.field("error", _ERROR),
 ])))])
 _ITEM = pa.struct([pa.field("status", pa.int64()), pa.field("error", _ERROR)])
-_BULK = pa.schema([pa.field("items", pa.list_(pa.struct([pa.field(op, _ITEM) for op in ("create", "index", "update", "delete")])))])
+_BULK = pa.schema([pa.field("items", pa.list_(pa.struct([pa.field(op, _ITEM)
+                                                          for op in ("create", "index", "update", "delete")])))])
 _MGET_FILTER = "docs.found,docs._seq_no,docs._primary_term,docs._source,docs.error"
 _BULK_FILTER = "items.*.status,items.*.error.type,items.*.error.reason"
 
@@ -87,7 +88,8 @@ def _http(url: str) -> httpx.Client:
 
 
 def _post(http: httpx.Client, path: str, body: bytes, content_type: str, filter_path: str) -> bytes:
-    response = http.post(path, content=body, headers={"content-type": content_type}, params={"filter_path": filter_path})
+    response = http.post(path, content=body, headers={"content-type": content_type},
+                         params={"filter_path": filter_path})
     if response.status_code >= 300:
         raise ElasticsearchSinkError(f"{path} answered {response.status_code}: {response.text[:300]}")
     return response.content
@@ -95,8 +97,8 @@ def _post(http: httpx.Client, path: str, body: bytes, content_type: str, filter_
 
 def _read_json(body: bytes, schema: pa.Schema) -> pa.Table:
     options = pajson.ReadOptions(block_size=max(1 << 20, 2 * len(body)))
-    return pajson.read_json(io.BytesIO(body), read_options=options,
-                            parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
+    parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    return pajson.read_json(io.BytesIO(body), read_options=options, parse_options=parse)
 
 
 def _above(a: tuple[pa.Array, pa.Array], b: tuple[pa.Array, pa.Array]) -> pa.Array:
@@ -147,7 +149,8 @@ class Chunk:
     def read(self, rows: pa.RecordBatch) -> tuple[dict[str, Version | None], pa.StructArray]:
         """The aliases' watermarks, then each row's document and tombstone (docs[2i], docs[2i + 1])."""
         aliases = sorted(set(rows.column("alias").to_pylist()))
-        marks = "".join(f'{{"_index":"{WATERMARKS}","_id":{json.dumps(a)},"_source":["{VERSION_MAJOR}","{VERSION_MINOR}"]}},'
+        marks = "".join(f'{{"_index":"{WATERMARKS}","_id":{json.dumps(a)},'
+                        f'"_source":["{VERSION_MAJOR}","{VERSION_MINOR}"]}},'
                         for a in aliases).encode()
         body = b'{"docs":[' + marks + bytes(joined(rows.column("mget_pair")))[:-1] + b"]}"
         docs = _read_json(_post(self.http, "/_mget", body, "application/json", _MGET_FILTER), _MGET).column("docs")
@@ -155,9 +158,9 @@ class Chunk:
         errors = pc.drop_null(pc.struct_field(docs, [4, 1]))
         if len(errors):
             raise ElasticsearchSinkError(f"cannot read documents: {errors[0]}")
-        head = docs.slice(0, len(aliases)).to_pylist()  # one per alias
+        head = docs.slice(0, len(aliases)).to_pylist()  # one per alias, as Elasticsearch answers (not checked)
         held = {alias: (int(hit["_source"][VERSION_MAJOR] or 0), int(hit["_source"][VERSION_MINOR] or 0))
-                if hit["found"] else None for alias, hit in zip(aliases, head)}
+                if hit["found"] else None for alias, hit in zip(aliases, head, strict=False)}
         return held, docs.slice(len(aliases))
 
     # ---- decide ------------------------------------------------------------------------------------
@@ -168,7 +171,8 @@ class Chunk:
         lines, the row index of each line per group, whether each group deletes documents)."""
         rows = self.rows.take(pa.array(pending))
         marks, stored = self.read(rows)
-        docs, tombs = stored.take(pa.array(np.arange(0, 2 * rows.num_rows, 2))), stored.take(pa.array(np.arange(1, 2 * rows.num_rows, 2)))
+        docs = stored.take(pa.array(np.arange(0, 2 * rows.num_rows, 2)))
+        tombs = stored.take(pa.array(np.arange(1, 2 * rows.num_rows, 2)))
         state = _State(rows, docs, tombs, marks, (pc.take(self.incoming[0], pa.array(pending)),
                                                   pc.take(self.incoming[1], pa.array(pending))))
         groups = state.lines()
@@ -195,7 +199,8 @@ class Chunk:
         body = b"".join(bytes(joined(lines[i])) for i in sent)
         owner = np.concatenate([owners[i] for i in sent])
         deleting = np.concatenate([np.full(len(owners[i]), deletes[i]) for i in sent])
-        items = _read_json(_post(self.http, "/_bulk", body, "application/x-ndjson", _BULK_FILTER), _BULK).column("items")
+        answer = _post(self.http, "/_bulk", body, "application/x-ndjson", _BULK_FILTER)
+        items = _read_json(answer, _BULK).column("items")
         items = pc.list_flatten(items.combine_chunks() if isinstance(items, pa.ChunkedArray) else items)
         status = pc.coalesce(*(pc.struct_field(items, [i, 0]) for i in range(4))).to_numpy(zero_copy_only=False)
         conflict = owner[(status == 409) | ((status == 404) & ~deleting)].tolist()
@@ -203,7 +208,8 @@ class Chunk:
         refused: dict[int, str] = {}
         if len(bad):
             errors = pc.coalesce(*(pc.struct_field(items, [i, 1]) for i in range(4))).take(pa.array(bad)).to_pylist()
-            refused = {int(owner[i]): f"elasticsearch {e['type']}: {e['reason']}" for i, e in zip(bad, errors)}
+            refused = {int(owner[i]): f"elasticsearch {e['type']}: {e['reason']}"
+                       for i, e in zip(bad, errors, strict=True)}  # errors taken at `bad`
         failed = np.flatnonzero((status >= 300) & ~np.isin(status, (400, 404, 409)))
         if len(failed):
             error = pc.coalesce(*(pc.struct_field(items, [i, 1]) for i in range(4)))[int(failed[0])]
@@ -220,7 +226,8 @@ class _State:
         self.col = rows.column
         zero = pa.scalar(0, pa.int64())
         self.found = pc.fill_null(pc.struct_field(docs, [0]), False)
-        self.doc = (pc.fill_null(pc.struct_field(docs, [3, 0]), zero), pc.fill_null(pc.struct_field(docs, [3, 1]), zero))
+        self.doc = (pc.fill_null(pc.struct_field(docs, [3, 0]), zero),
+                    pc.fill_null(pc.struct_field(docs, [3, 1]), zero))
         self.seq, self.term = _text(pc.struct_field(docs, [1])), _text(pc.struct_field(docs, [2]))
         self.tomb_found = pc.fill_null(pc.struct_field(tombs, [0]), False)
         tomb = (pc.fill_null(pc.struct_field(tombs, [3, 0]), zero), pc.fill_null(pc.struct_field(tombs, [3, 1]), zero))
@@ -230,7 +237,8 @@ class _State:
         for name, version in marks.items():
             if version is not None:
                 here = pc.equal(alias, name)
-                mark_major, mark_minor = pc.if_else(here, version[0], mark_major), pc.if_else(here, version[1], mark_minor)
+                mark_major, mark_minor = (pc.if_else(here, version[0], mark_major),
+                                          pc.if_else(here, version[1], mark_minor))
         mark = (pc.fill_null(mark_major, zero), pc.fill_null(mark_minor, zero))
         guard = _highest(tomb, mark)  # what a row below which is stale however the change looks
         held = _highest(self.doc, guard)
@@ -242,7 +250,8 @@ class _State:
         no_fill = pc.is_null(fill_high)
         self.keep_stored_fills = pc.or_(no_fill, pc.fill_null(pc.invert(_above(
             (pc.struct_field(fill_high, [0]), pc.struct_field(fill_high, [1])), self.doc)), False))
-        self.take_fills = pc.fill_null(_above((pc.struct_field(fill_low, [0]), pc.struct_field(fill_low, [1])), self.doc), False)
+        self.take_fills = pc.fill_null(
+            _above((pc.struct_field(fill_low, [0]), pc.struct_field(fill_low, [1])), self.doc), False)
         has_keep, objects = self.col("has_keep"), self.col("keeps_objects")
         moved_from = pc.and_(pc.is_valid(self.col("old_row_id")), has_keep)
         update = pc.and_(pc.and_(self.found, has_keep), pc.invert(objects))
@@ -276,11 +285,14 @@ class _State:
         kinds = [
             (self.create, ['{"create":{', head, self._alias(), "}}\n", doc, "\n"]),
             (self.index, ['{"index":{', head, *self._cas(self.seq, self.term), self._alias(), "}}\n", doc, "\n"]),
-            (self.update, ['{"update":{', head, *self._cas(self.seq, self.term), self._alias(), '}}\n{"doc":', chosen, "}\n"]),
+            (self.update,
+             ['{"update":{', head, *self._cas(self.seq, self.term), self._alias(), '}}\n{"doc":', chosen, "}\n"]),
             (self.delete, ['{"delete":{', head, *self._cas(self.seq, self.term), "}}\n"]),
             (pc.and_(self.tombstone, self.tomb_found),
-             ['{"index":{', self.col("tomb_head"), *self._cas(self.tomb_seq, self.tomb_term), "}}\n", self.col("tomb_doc"), "\n"]),
-            (pc.and_(self.tombstone, pc.invert(self.tomb_found)), ['{"create":{', self.col("tomb_head"), "}}\n", self.col("tomb_doc"), "\n"]),
+             ['{"index":{', self.col("tomb_head"), *self._cas(self.tomb_seq, self.tomb_term), "}}\n",
+              self.col("tomb_doc"), "\n"]),
+            (pc.and_(self.tombstone, pc.invert(self.tomb_found)),
+             ['{"create":{', self.col("tomb_head"), "}}\n", self.col("tomb_doc"), "\n"]),
         ]
         found = []
         for mask, parts in kinds:
@@ -296,7 +308,7 @@ def _rare_lines(es: Any, rows: pa.RecordBatch, rare: np.ndarray) -> list[tuple[p
     compare-and-set on what was read: (lines, row indices, deletes) like `_State.lines`."""
     written: list[tuple[str, int]] = []
     deleted: list[tuple[str, int]] = []
-    for index, row in zip(rare, rows.take(pa.array(rare)).to_pylist()):
+    for index, row in zip(rare, rows.take(pa.array(rare)).to_pylist(), strict=True):
         head = json.loads("{" + row["head"] + "}")
         current = _get(es, row["target"], row["row_id"])
         if row["doc"] is None:  # a delete whose row moved to another key: its image goes with the tombstone
@@ -313,7 +325,8 @@ def _rare_lines(es: Any, rows: pa.RecordBatch, rare: np.ndarray) -> list[tuple[p
         document |= {column: source[column] for column in _kept_columns(row, current) if column in source}
         action = {"index": {**head, **_cas(current)}} if current else {"create": head}
         written.append((json.dumps(action) + "\n" + json.dumps(document) + "\n", index))
-    return [(pa.array([line for line, _ in group], pa.string()), np.array([i for _, i in group], dtype=np.int64), delete)
+    return [(pa.array([line for line, _ in group], pa.string()), np.array([i for _, i in group], dtype=np.int64),
+             delete)
             for group, delete in ((written, False), (deleted, True)) if group]
 
 

@@ -73,15 +73,18 @@ def watermarks(es: Elasticsearch, aliases: list[str]) -> dict[str, Version | Non
     """Each alias's truncate watermark (None if its table was never truncated)."""
     if not aliases:
         return {}
-    hits = es.mget(docs=[{"_index": WATERMARKS, "_id": alias, "_source": VERSION_FIELDS} for alias in aliases])["docs"]
-    return {alias: stored.version if (stored := Stored.of(hit)) else None for alias, hit in zip(aliases, hits)}
+    hits = es.mget(docs=[{"_index": WATERMARKS, "_id": alias, "_source": VERSION_FIELDS}
+                         for alias in aliases])["docs"]
+    # One hit per alias asked, in order (Elasticsearch's answer, not checked here).
+    return {alias: stored.version if (stored := Stored.of(hit)) else None
+            for alias, hit in zip(aliases, hits, strict=False)}
 
 
 def truncate(es: Elasticsearch, alias: str, target: str, version: Version, chunk: int = 1000) -> None:
     """Raise the alias's watermark to `version` (compare-and-set), then sweep `target` below it. The
     sweep runs for a replay too: a rebuild index may still hold rows the live index lost."""
     for _ in range(MAX_TRIES):
-        held = Stored.of(es.options(ignore_status=404).get(index=WATERMARKS, id=alias))
+        held = Stored.of(es.options(ignore_status=404).get(index=WATERMARKS, id=alias).body)
         if held and held.version >= version:
             break  # a replay, or an older truncate: the watermark already covers it
         mark = {"alias": alias, **version_fields(version)}

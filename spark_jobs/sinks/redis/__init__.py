@@ -83,19 +83,24 @@ def typed_value(text: str, type_name: str | None) -> Any:
     return text
 
 
+def text_of(reply: bytes | str) -> str:
+    """A key or value Redis answered, as text. The sink's clients are made without decode_responses,
+    so it is bytes; redis-py types it bytes | str (a client may decode)."""
+    return reply.decode() if isinstance(reply, bytes) else reply
+
+
 def decode_row(fields: dict[bytes | str, bytes | str], types: dict[str, str] | None = None) -> dict[str, Any]:
     """A stored hash (HGETALL) as a row: each column typed by `types` (column -> catalogue type name),
     metadata fields as text; columns `types` names that the hash lacks are NULL."""
     types = types or {}
-    texts = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-             for k, v in fields.items()}
-    row = {column: None for column in types}
+    texts = {text_of(k): text_of(v) for k, v in fields.items()}
+    row: dict[str, Any] = dict.fromkeys(types)
     row |= {name: typed_value(text, types.get(name)) for name, text in texts.items()}
     return row
 
 
 def read_types(client: redis.Redis, table: str, prefix: str = "") -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in client.hgetall(columns_key(table, prefix)).items()}
+    return {text_of(k): text_of(v) for k, v in client.hgetall(columns_key(table, prefix)).items()}
 
 
 class CacheMismatchError(StoreStateError):
@@ -155,13 +160,15 @@ class RedisSink(Sink):
         """The aggregates' declaration and the value encoding are stored beside the rows. A cache that
         holds rows but neither was written by an earlier version: run `tide rebuild cache`."""
         wanted = {"declaration": json.dumps(self._spec["aggregates"], sort_keys=True), "encoding": ENCODING}
-        held = {k.decode(): v.decode() for k, v in client.hgetall(spec_key(self.key_prefix)).items()}
+        held = {text_of(k): text_of(v) for k, v in client.hgetall(spec_key(self.key_prefix)).items()}
         if not held:
             patterns = [glob_escape(row_key(table, "", self.key_prefix)) + "*" for table in self.tables()]
             if any(next(client.scan_iter(match=p, count=1000), None) for p in patterns):
                 raise CacheMismatchError("the cache was written by an earlier Tideline (another value encoding or "
                                            "cache_aggregates declaration): run `tide rebuild cache`")
-            client.hset(spec_key(self.key_prefix), mapping=wanted)
+            # redis-py types the mapping's keys as a union and a Mapping's keys are invariant, so a
+            # dict[str, str], which it takes, does not match.
+            client.hset(spec_key(self.key_prefix), mapping=wanted)  # type: ignore[arg-type]
         elif held.get("encoding") != ENCODING:
             raise CacheMismatchError("the cache holds values in an earlier encoding: run `tide rebuild cache`")
         elif held.get("declaration") != wanted["declaration"]:
@@ -176,7 +183,8 @@ class RedisSink(Sink):
             if types and self._types_written.get(table) != types:
                 pipe = client.pipeline()
                 pipe.delete(columns_key(table, self.key_prefix))
-                pipe.hset(columns_key(table, self.key_prefix), mapping=types)
+                # A dict[str, str] mapping, which redis-py takes but types otherwise (see _check_declaration).
+                pipe.hset(columns_key(table, self.key_prefix), mapping=types)  # type: ignore[arg-type]
                 pipe.execute()
                 self._types_written[table] = types
 
@@ -207,5 +215,5 @@ class RedisSink(Sink):
             letters.bootstrap, letters.topic, f"apply:{self.name}", self.chunk_rows, LINGER_MS, MOVE_WAIT_MS)
 
 
-__all__ = ["ENCODING", "CacheMismatchError", "RedisSink", "columns_key", "decode_row", "glob_escape", "read_types", "row_key",
-           "spec_key", "tombstone_key", "typed_value", "watermark_key"]
+__all__ = ["ENCODING", "CacheMismatchError", "RedisSink", "columns_key", "decode_row", "glob_escape", "read_types",
+           "row_key", "spec_key", "text_of", "tombstone_key", "typed_value", "watermark_key"]

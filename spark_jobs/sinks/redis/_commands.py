@@ -3,8 +3,9 @@
 The arguments are already in Redis's wire format (RESP bulk strings, concatenated), so the Python
 shipper on the executor only joins a chunk's bytes behind an EVALSHA header and writes them to the
 socket: no Python object per row. In Real-Time Mode the same arguments go, as a list, to the JVM
-writer (`writer_rows`), with the truncates' keys and the dead letters built here too. Values are stored as their text (docs/sinks/redis.md): the change's
-`after` already holds each column's text, NULL columns are left out of the hash.
+writer (`writer_rows`), with the truncates' keys and the dead letters built here too. Values are
+stored as their text (docs/sinks/redis.md): the change's `after` already holds each column's text,
+NULL columns are left out of the hash.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def _fields() -> Column:
         F.lit(VERSION_MINOR), F.col("version.minor").cast("string"),
         F.lit(COMMIT_TS), F.date_format("commit_ts", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"),
     )
-    return F.map_concat(F.map_filter("after", lambda _, v: v.isNotNull()), F.map_filter(meta, lambda _, v: v.isNotNull()))
+    return F.map_concat(F.map_filter("after", lambda _, v: v.isNotNull()),
+                        F.map_filter(meta, lambda _, v: v.isNotNull()))
 
 
 def _error() -> Column:
@@ -62,7 +64,8 @@ def _error() -> Column:
                                                F.lit(f" clashes with the sink's metadata prefix {META_PREFIX}")))
         .when((version["major"] >= MAX_EXACT_VERSION) | (version["minor"] >= MAX_EXACT_VERSION)
               | (version["major"] < 0) | (version["minor"] < 0),
-              F.concat(F.lit("version ("), version["major"].cast("string"), F.lit(", "), version["minor"].cast("string"),
+              F.concat(F.lit("version ("), version["major"].cast("string"), F.lit(", "),
+                       version["minor"].cast("string"),
                        F.lit(") is outside [0, 2^53) and cannot be compared exactly in Lua")))
     )
 
@@ -91,7 +94,8 @@ def _arguments(prefix: str) -> Column:
     Python shipper RESP-encoded (`args`), the JVM writer as it is (`writer_rows`)."""
     table, row_id, version = F.col("table"), F.col("row_id"), F.col("version")
     upsert = F.col("after").isNotNull()
-    keep = F.when(upsert, keep_versions()).otherwise(F.create_map().cast("map<string, struct<major: bigint, minor: bigint>>"))
+    keep = F.when(upsert, keep_versions()).otherwise(
+        F.create_map().cast("map<string, struct<major: bigint, minor: bigint>>"))
     fields = F.when(upsert, _fields()).otherwise(F.create_map().cast("map<string,string>"))
     moved_from = F.col("old_row_id").isNotNull()
     count = F.lit(ROW_FIXED_ARGS) + 3 * F.size(keep) + 2 * F.size(fields)

@@ -17,10 +17,9 @@ import redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.redis import glob_escape, row_key, tombstone_key, watermark_key
+from spark_jobs.sinks.redis import glob_escape, row_key, text_of, tombstone_key, watermark_key
 from spark_jobs.sinks.redis._scripts import RAISE_WATERMARK, Script
 from spark_jobs.sinks.shipping import joined, rejected
-
 
 
 class Shipper:
@@ -53,7 +52,8 @@ class Shipper:
 
     def apply_rows(self, client: redis.Redis, rows: pa.RecordBatch) -> dict[int, str]:
         """Send every chunk, then read every reply; {row index: reason} of the rows Redis refused."""
-        chunks = [(start, min(start + self.chunk_rows, rows.num_rows)) for start in range(0, rows.num_rows, self.chunk_rows)]
+        chunks = [(start, min(start + self.chunk_rows, rows.num_rows))
+                  for start in range(0, rows.num_rows, self.chunk_rows)]
         if not chunks:
             return {}
         args, counts = rows.column("args"), rows.column("arg_count")
@@ -66,7 +66,8 @@ class Shipper:
         finally:
             client.connection_pool.release(connection)
         return {start + int(index) - 1: _text(reason)
-                for (start, _), reply in zip(chunks, replies) for index, reason in reply}
+                for (start, _), reply in zip(chunks, replies, strict=True)  # a reply per chunk sent
+                for index, reason in reply}
 
     def _packed(self, args: pa.BinaryArray, counts: pa.Int32Array, start: int, end: int) -> list[Any]:
         """EVALSHA <sha> 0 <the rows' arguments>: a header and a slice of the Arrow data buffer."""
@@ -107,7 +108,7 @@ class Shipper:
             cursor = None
             while cursor != 0:
                 cursor, keys = client.scan(cursor=cursor or 0, match=pattern, count=self.scan_count)
-                calls = [([key.decode(), watermark], arguments(key.decode())) for key in keys]
+                calls = [([text_of(key), watermark], arguments(text_of(key))) for key in keys]
                 for result in self._run(client, self.prune, calls):
                     if isinstance(result, ResponseError):
                         raise result  # the truncate is retried with its batch; pruning is idempotent
