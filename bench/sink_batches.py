@@ -135,7 +135,7 @@ class Runner:
         self.new = _new_tree()
         if self.new:
             from spark_jobs.settings import JobSettings
-            from spark_jobs.sinks.registry import build_sink
+            from spark_jobs.sinks.base import build_sink
             from tests.demo_catalogue import demo_catalogue
 
             self.catalogue = demo_catalogue()

@@ -35,8 +35,7 @@ from spark_jobs.realtime import QueryGroup, create_topic, follow_up, partitions_
 from spark_jobs.realtime import start as start_realtime
 from spark_jobs.session import starting_with
 from spark_jobs.settings import JobSettings
-from spark_jobs.sinks.base import Batch, Capability, Sink
-from spark_jobs.sinks.registry import build_sink
+from spark_jobs.sinks.base import Batch, Capability, Sink, build_sink
 
 log = logging.getLogger("tideline.pipeline")
 

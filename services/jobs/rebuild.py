@@ -26,8 +26,8 @@ from services.stack.service import StackError
 from spark_jobs import checkpoints
 from spark_jobs.config import PipelineConfig, load
 from spark_jobs.settings import JobSettings
-from spark_jobs.sinks.base import Sink
-from spark_jobs.sinks.registry import Capability, build_sink
+from spark_jobs.sinks.base import Sink, build_sink
+from spark_jobs.sinks.registry import Capability
 
 Report = Callable[[str], None]
 

@@ -24,6 +24,7 @@ Every sink must:
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -144,3 +145,11 @@ class Sink(ABC):
         """SWAPS_ON_REBUILD: make `target`'s stores the ones users read, atomically per name; returns
         {name users read: store now behind it}. The old stores are kept for roll-back."""
         raise NotImplementedError(f"{self.name} does not rebuild into new stores")
+
+
+def build_sink(name: str, settings: JobSettings, pipeline: PipelineConfig) -> Sink:
+    """The sink the registry declares as `name`, configured from the job settings (its class is
+    imported only now: a job loads only the clients it uses)."""
+    module, _, attribute = spec_of(name).sink_class.partition(":")
+    sink_type: type[Sink] = getattr(importlib.import_module(module), attribute)
+    return sink_type.from_settings(settings, pipeline)

@@ -1,23 +1,18 @@
 """Every sink, declared once: its name, the pipeline.yaml view it reads, how its query runs, what it
 can do, and the class that builds it. The settings' list of sinks, the tables each query reads, the
 pace of its micro-batches, the driver a query runs in and `tide rebuild` are all derived from here; a
-name not declared here is an error. Imports no pyspark (the CLI reads it): a sink's class is imported
-only when one is built.
+name not declared here is an error. Imports nothing of the pipeline's (config, settings and the sinks
+import it) and no pyspark (the CLI reads it): a sink's class is imported only when one is built
+(`spark_jobs.sinks.base.build_sink`).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 
 from spark_jobs.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from spark_jobs.config import PipelineConfig
-    from spark_jobs.settings import JobSettings
-    from spark_jobs.sinks.base import Sink
 
 
 class Capability(Enum):
@@ -70,11 +65,6 @@ class SinkSpec:
     # "module:Class" of its Sink; the class builds itself from the job settings (`from_settings`).
     sink_class: str
 
-    def build(self, settings: JobSettings, pipeline: PipelineConfig) -> Sink:
-        module, _, name = self.sink_class.partition(":")
-        sink_type: type[Sink] = getattr(importlib.import_module(module), name)
-        return sink_type.from_settings(settings, pipeline)
-
 
 _SPECS = (
     SinkSpec("search", Kind.SHIPPING,
@@ -109,7 +99,3 @@ def spec_of(name: str) -> SinkSpec:
     except KeyError:
         raise UnknownSinkError(f"unknown sink {name}; choose one of {', '.join(SINKS)}") from None
 
-
-def build_sink(name: str, settings: JobSettings, pipeline: PipelineConfig) -> Sink:
-    """The sink called `name`, configured from the job settings."""
-    return spec_of(name).build(settings, pipeline)
