@@ -13,7 +13,6 @@ types are kept in `tideline:columns:<table>` so readers (the API, verify) can ty
 from __future__ import annotations
 
 import json
-import re
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -23,6 +22,18 @@ from spark_jobs.config import PipelineConfig
 from spark_jobs.errors import StoreStateError
 from spark_jobs.sinks.base import MOVE_WAIT_MS, VERSION_MAJOR, VERSION_MINOR, Batch, LetterTopic, Sink
 from spark_jobs.sinks.redis._scripts import RAISE_WATERMARK, aggregate_spec, row_scripts
+from spark_jobs.sinks.redis.keys import (
+    columns_key,
+    decode_row,
+    glob_escape,
+    read_types,
+    row_key,
+    spec_key,
+    text_of,
+    tombstone_key,
+    typed_value,
+    watermark_key,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -34,73 +45,6 @@ ENCODING = "text-1"
 # Real-Time Mode: the JVM writer sends what arrived within this long (or `chunk_rows` rows) in one
 # APPLY_BATCH call, so a burst costs a few round trips and a lone change waits at most this.
 LINGER_MS = 2
-
-
-def row_key(table: str, row_id: str, prefix: str = "") -> str:
-    return f"{prefix}{table}:{row_id}"
-
-
-def tombstone_key(table: str, row_id: str, prefix: str = "") -> str:
-    return f"{prefix}tideline:tombstone:{table}:{row_id}"
-
-
-def watermark_key(table: str, prefix: str = "") -> str:
-    return f"{prefix}tideline:truncated:{table}"
-
-
-def columns_key(table: str, prefix: str = "") -> str:
-    """A hash of the table's column types (catalogue names), for readers to type the stored text."""
-    return f"{prefix}tideline:columns:{table}"
-
-
-def spec_key(prefix: str = "") -> str:
-    return f"{prefix}tideline:aggregates"
-
-
-def glob_escape(text: str) -> str:
-    """`text` as a literal in a SCAN MATCH pattern."""
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
-
-
-_INTEGERS = {"INT2", "INT4", "INT8", "OID"}
-_FLOATS = {"FLOAT4", "FLOAT8"}
-
-
-def typed_value(text: str, type_name: str | None) -> Any:
-    """A stored text as the JSON value its column's type gives: integers, floats and booleans as such,
-    json and arrays parsed; anything else (NUMERIC, times, text, enums) stays text, exactly."""
-    if type_name is None:
-        return text
-    if type_name.startswith("_") or type_name in ("JSON", "JSONB"):
-        return json.loads(text)
-    if type_name in _INTEGERS:
-        return int(text)
-    if type_name in _FLOATS:
-        number = float(text)
-        return number if number == number and abs(number) != float("inf") else text  # JSON has no NaN
-    if type_name == "BOOL":
-        return text == "true"
-    return text
-
-
-def text_of(reply: bytes | str) -> str:
-    """A key or value Redis answered, as text. The sink's clients are made without decode_responses,
-    so it is bytes; redis-py types it bytes | str (a client may decode)."""
-    return reply.decode() if isinstance(reply, bytes) else reply
-
-
-def decode_row(fields: dict[bytes | str, bytes | str], types: dict[str, str] | None = None) -> dict[str, Any]:
-    """A stored hash (HGETALL) as a row: each column typed by `types` (column -> catalogue type name),
-    metadata fields as text; columns `types` names that the hash lacks are NULL."""
-    types = types or {}
-    texts = {text_of(k): text_of(v) for k, v in fields.items()}
-    row: dict[str, Any] = dict.fromkeys(types)
-    row |= {name: typed_value(text, types.get(name)) for name, text in texts.items()}
-    return row
-
-
-def read_types(client: redis.Redis, table: str, prefix: str = "") -> dict[str, str]:
-    return {text_of(k): text_of(v) for k, v in client.hgetall(columns_key(table, prefix)).items()}
 
 
 class CacheMismatchError(StoreStateError):

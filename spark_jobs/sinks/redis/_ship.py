@@ -17,8 +17,8 @@ import redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.redis import glob_escape, row_key, text_of, tombstone_key, watermark_key
 from spark_jobs.sinks.redis._scripts import RAISE_WATERMARK, Script
+from spark_jobs.sinks.redis.keys import glob_escape, row_key, text_of, tombstone_key, watermark_key
 from spark_jobs.sinks.shipping import joined, rejected
 
 
