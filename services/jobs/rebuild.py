@@ -75,9 +75,7 @@ def _catch_up(spark, jobs: JobSettings, pipeline: PipelineConfig, name: str, sin
     from spark_jobs.pipeline import build_query
 
     query = build_query(spark, jobs, pipeline, name, sink=sink, checkpoint=checkpoint, available_now=True)
-    query.awaitTermination()
-    if query.exception():
-        raise RuntimeError(f"rebuild query failed: {query.exception()}")
+    query.awaitTermination()  # raises the query's own exception if it failed
 
 
 def _rebuild_by_replay(settings: StackSettings, name: str, report: Report) -> None:
