@@ -123,7 +123,7 @@ class Runner:
     """Applies one batch of Kafka-shaped records through the sink as the query would."""
 
     def __init__(self, spark, sink_name: str, warehouse: str, properties: dict[str, str]) -> None:
-        from spark_jobs.config import load
+        from spark_jobs.model.config import load
 
         self.spark, self.sink_name = spark, sink_name
         if sink_name == "changes":  # issue 34's alternative: one append of the batch's changes, every table
@@ -134,7 +134,7 @@ class Runner:
             pipeline = pipeline.model_copy(update={"nested": {}})
         self.new = _new_tree()
         if self.new:
-            from spark_jobs.settings import JobSettings
+            from spark_jobs.model.settings import JobSettings
             from spark_jobs.sinks.base import build_sink
             from tests.demo_catalogue import demo_catalogue
 
@@ -144,8 +144,8 @@ class Runner:
             self._tables_properties(properties)
             self.sink.setup(spark, self.catalogue)
         else:
+            from spark_jobs.model.settings import JobSettings
             from spark_jobs.pipeline import BatchWriter
-            from spark_jobs.settings import JobSettings
 
             settings = JobSettings(warehouse_dir=Path(warehouse), kafka_bootstrap="127.0.0.1:1")
             # main's API (a tree before the sink rewrite, TIDE_TREE), not this tree's
@@ -154,8 +154,8 @@ class Runner:
 
     def _through_pipeline(self, kafka, batch_id: int) -> None:
         """The query's own foreachBatch body (coalesce, single pass, dead letters written to Kafka)."""
+        from spark_jobs.model.settings import JobSettings
         from spark_jobs.pipeline import BatchWriter
-        from spark_jobs.settings import JobSettings
 
         class Fixed:  # the catalogue without PostgreSQL
             def __init__(self, catalogue) -> None:
@@ -184,8 +184,8 @@ class Runner:
             return
         from pyspark.sql import functions as F
 
+        from spark_jobs.changes.newest import newest_per_row
         from spark_jobs.changes.stream import decode_stream
-        from spark_jobs.newest import newest_per_row
         from spark_jobs.sinks.base import Batch, Capability
 
         changes = decode_stream(kafka, self.sink.tables())
@@ -330,7 +330,7 @@ def main() -> None:
     parser.add_argument("--driver-memory", default="4g")
     args = parser.parse_args()
 
-    from spark_jobs.session import build_session
+    from spark_jobs.runtime.session import build_session
 
     spark = build_session("tideline-bench-delta", ROOT / ".tideline/lib/spark", master=args.master,
                           driver_memory=args.driver_memory)

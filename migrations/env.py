@@ -1,4 +1,4 @@
-"""Alembic's entry point, run by `migrations.upgrade/downgrade` (and by the alembic CLI).
+"""Alembic's entry point, run by `services.db.migrate.upgrade/downgrade` (and by the alembic CLI).
 
 Settings come from `config.attributes["settings"]` when called from Python, or
 from the environment / `.env` (StackSettings) when the alembic CLI runs it. A
@@ -12,8 +12,8 @@ from alembic import context
 from alembic.util import CommandError
 from sqlalchemy import Connection
 
-from migrations import engine
 from migrations.models import Base
+from services.db.migrate import engine
 from services.settings import StackSettings
 
 config = context.config

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from services.settings import StackSettings
-from spark_jobs.errors import TidelineError
-from spark_jobs.settings import one_line
+from spark_jobs.model.errors import TidelineError
+from spark_jobs.model.settings import one_line
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)

@@ -16,15 +16,16 @@ from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from services.connector.slot_safety import DEFAULT_LAG_WARN_BYTES
 from services.versions import PROJECT_ROOT
-from spark_jobs.errors import ConfigurationError
-from spark_jobs.settings import REALTIME_CAPABLE, sink_names
+from spark_jobs.model.errors import ConfigurationError
+from spark_jobs.model.settings import REALTIME_CAPABLE, sink_names
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 JvmSize = Annotated[str, Field(pattern=r"^\d+[mMgG]$")]
 
 
+# Well below the 2GB max_slot_wal_keep_size the local stack runs with: time to act before invalidation.
+DEFAULT_LAG_WARN_BYTES = 512 * 1024 * 1024
 ENV_FILE = PROJECT_ROOT / ".env"  # git-ignored; `make` writes it from .env.example
 
 
@@ -88,7 +89,7 @@ class StackSettings(BaseSettings):
     # Apply jobs (passed to the Spark driver as TIDE_JOB_*): back-pressure and memory.
     job_trigger_interval: str = "2 seconds"
     job_max_offsets_per_trigger: int = Field(default=20_000, ge=1)
-    job_driver_memory: JvmSize = "2g"  # spark_jobs/settings.py says why
+    job_driver_memory: JvmSize = "2g"  # spark_jobs/model/settings.py says why
     # The cache sink's Redis database (a truncate scans it, so it is best not shared).
     job_redis_db: int = Field(default=0, ge=0, le=15)
     # The queries run in Spark's Real-Time Mode (docs/apply.md); the others run micro-batches.

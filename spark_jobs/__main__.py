@@ -1,5 +1,5 @@
 """Entry point: `python -m spark_jobs --keep-alive` locally (via `tide jobs start`: the drivers in child
-processes, each started again if it dies; spark_jobs/keep_alive.py, spark_jobs/drivers.py) or
+processes, each started again if it dies; spark_jobs/runtime/keep_alive.py, spark_jobs/runtime/drivers.py) or
 `spark-submit --master <url> ... spark_jobs/__main__.py` on a cluster. Settings come from TIDE_JOB_*."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from spark_jobs import drivers, keep_alive
-from spark_jobs.config import PipelineConfig, check_schema, load
-from spark_jobs.errors import TidelineError
+from spark_jobs.model.config import PipelineConfig, check_schema, load
+from spark_jobs.model.errors import TidelineError
+from spark_jobs.model.settings import JobSettings, read_settings
 from spark_jobs.pipeline import live_catalogue
 from spark_jobs.realtime import local_master
-from spark_jobs.session import build_session
-from spark_jobs.settings import JobSettings, read_settings
+from spark_jobs.runtime import drivers, keep_alive
+from spark_jobs.runtime.session import build_session
 from spark_jobs.supervise import supervise
 
 T = TypeVar("T")

@@ -5,7 +5,7 @@ One streaming query per sink, each with its own checkpoint and therefore its own
 restarts a failed query with back-off while the rest run.
 
 A micro-batch of the search or cache query is one Spark job: read the topics, decode them
-(spark_jobs/changes/stream.py), group by row for the newest change (spark_jobs/newest.py), ship the
+(spark_jobs/changes/stream.py), group by row for the newest change (spark_jobs/changes/newest.py), ship the
 sink's bytes from the executors, and write the dead letters, which is the action that runs it all.
 The warehouse's MERGEs are Spark jobs of their own (docs/apply.md counts them per query). A query
 named in `TIDE_JOB_REALTIME_SINKS` runs in Real-Time Mode instead: long-running tasks and the sink's
@@ -25,16 +25,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs import checkpoints, dead_letters
-from spark_jobs.backoff import wait_until
-from spark_jobs.catalogue import LiveCatalogue
+from spark_jobs.changes import dead_letters
+from spark_jobs.changes.newest import newest_per_row
 from spark_jobs.changes.stream import decode_stream
-from spark_jobs.config import PipelineConfig
-from spark_jobs.newest import newest_per_row
+from spark_jobs.model.catalogue import LiveCatalogue
+from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.settings import JobSettings
 from spark_jobs.realtime import QueryGroup, create_topic, follow_up, partitions_read, require_slots, task_slots_of
 from spark_jobs.realtime import start as start_realtime
-from spark_jobs.session import starting_with
-from spark_jobs.settings import JobSettings
+from spark_jobs.runtime import checkpoints
+from spark_jobs.runtime.backoff import wait_until
+from spark_jobs.runtime.session import starting_with
 from spark_jobs.sinks.base import Batch, Capability, Sink, build_sink
 
 log = logging.getLogger("tideline.pipeline")
@@ -48,7 +49,7 @@ def live_catalogue(settings: JobSettings, pipeline: PipelineConfig) -> LiveCatal
 def source(spark: SparkSession, settings: JobSettings, topics: list[str], starting: str,
            max_offsets: int | None) -> DataFrame:
     """The change topics as a stream. Earliest on a fresh checkpoint (a new sink starts from the
-    beginning of the compacted topics), unless it continues a retired one (spark_jobs/checkpoints.py);
+    beginning of the compacted topics), unless it continues a retired one (spark_jobs/runtime/checkpoints.py);
     a topic added to a running query's subscription is read from its start too. failOnDataLoss so a
     gap is an error, never skipped. `max_offsets` caps a micro-batch; None for Real-Time Mode, which
     refuses a cap."""

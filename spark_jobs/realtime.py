@@ -21,19 +21,19 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_jobs import dead_letters
-from spark_jobs.backoff import wait_until
-from spark_jobs.config import PipelineConfig
-from spark_jobs.errors import ConfigurationError
-from spark_jobs.session import GENERATED_CODE, starting_with
-from spark_jobs.settings import JobSettings
+from spark_jobs.changes import dead_letters
+from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.errors import ConfigurationError
+from spark_jobs.model.settings import JobSettings
+from spark_jobs.runtime.backoff import wait_until
+from spark_jobs.runtime.session import GENERATED_CODE, starting_with
 from spark_jobs.sinks.base import LetterTopic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from spark_jobs.catalogue import Catalogue
+    from spark_jobs.model.catalogue import Catalogue
     from spark_jobs.sinks.base import Sink
 
 log = logging.getLogger("tideline.realtime")

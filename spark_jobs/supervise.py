@@ -18,15 +18,15 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs import checkpoints, control, reload
-from spark_jobs.backoff import Backoff
-from spark_jobs.catalogue import Catalogue, LiveCatalogue
-from spark_jobs.config import PipelineConfig, PipelineConfigError, load
-from spark_jobs.files import replace_text
-from spark_jobs.keep_alive import RESTART
+from spark_jobs.model.catalogue import Catalogue, LiveCatalogue
+from spark_jobs.model.config import PipelineConfig, PipelineConfigError, load
+from spark_jobs.model.files import replace_text
+from spark_jobs.model.settings import JobSettings
 from spark_jobs.pipeline import build_query, live_catalogue
 from spark_jobs.realtime import QueryGroup, outgrown
-from spark_jobs.settings import JobSettings
+from spark_jobs.runtime import checkpoints, control, reload
+from spark_jobs.runtime.backoff import Backoff
+from spark_jobs.runtime.keep_alive import RESTART
 
 log = logging.getLogger("tideline.pipeline")
 

@@ -10,7 +10,7 @@ from services.chaos.observe import Delivered, read_to_end
 from services.settings import StackSettings
 from services.verify.canonical import TableShape
 from spark_jobs.changes import Change, decode, decode_key
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.config import PipelineConfig
 
 # The chaos runner's reader serves the tests too: one way to read a topic to its end.
 Record = Delivered

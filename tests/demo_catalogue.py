@@ -1,5 +1,5 @@
 """The demo schema's catalogue without a database: migrations/models.py (kept equal to the migrated
-catalogue by tests/e2e/test_derived_views.py) as spark_jobs.catalogue describes a live PostgreSQL."""
+catalogue by tests/e2e/test_derived_views.py) as spark_jobs.model.catalogue describes a live PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from functools import cache
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from spark_jobs.catalogue import Catalogue, Column, TableSchema
+from spark_jobs.model.catalogue import Catalogue, Column, TableSchema
 
 # SQLAlchemy type → (PostgreSQL type name, typcategory), most specific first.
 _TYPES: list[tuple[type, str, str]] = [

@@ -1,13 +1,13 @@
 """Micro-batches for the sink tests: CHANGE rows (tests/unit/spark_frames.change) through the pipeline's
-own steps, the newest per row (spark_jobs/newest.py) and the sink's `write`, with the frame it returns
+own steps, the newest per row (spark_jobs/changes/newest.py) and the sink's `write`, with the frame it returns
 run as the pipeline runs it (its action performs the writes)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from spark_jobs.catalogue import Catalogue
-from spark_jobs.newest import newest_per_row
+from spark_jobs.changes.newest import newest_per_row
+from spark_jobs.model.catalogue import Catalogue
 from spark_jobs.sinks.base import Batch, Sink
 from tests.demo_catalogue import demo_catalogue
 from tests.unit.spark_frames import frame

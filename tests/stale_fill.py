@@ -2,7 +2,7 @@
 
 A micro-batch holds, for one row, an update whose TOASTed description is Debezium's placeholder
 (version 10) and an old full image of the row sent again (version 5, description D0). The newest
-per row (spark_jobs/newest.py) fills D0 into the update, from version 5; whether the sink keeps its
+per row (spark_jobs/changes/newest.py) fills D0 into the update, from version 5; whether the sink keeps its
 own value depends on the version its stored row has reached:
 
 - key 1: stored at version 8 with D1 (a later edit than D0) → D1 stays;

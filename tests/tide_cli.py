@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from services.settings import StackSettings
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.config import PipelineConfig
 
 TIDE = (sys.executable, "-m", "services.cli")
 

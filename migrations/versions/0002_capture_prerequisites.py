@@ -6,7 +6,7 @@ Create Date: 2025-11-22
 
 The role's name and password come from settings (TIDE_CDC_USER /
 TIDE_CDC_PASSWORD), the publication's name and table list from pipeline.yaml;
-migrations.capture does the work so `tide db migrate` and `tide connector
+services.capture.objects does the work so `tide db migrate` and `tide connector
 apply` can re-apply it when either changes.
 """
 
@@ -18,9 +18,9 @@ import psycopg
 import sqlalchemy as sa
 from alembic import context, op
 
-from migrations import capture
+from services.capture import objects
 from services.settings import StackSettings
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.config import PipelineConfig
 
 revision: str = "0002"
 down_revision: str | Sequence[str] | None = "0001"
@@ -31,7 +31,7 @@ depends_on: str | Sequence[str] | None = None
 def _inputs() -> tuple[psycopg.Connection, StackSettings, PipelineConfig]:
     attributes = context.config.attributes
     settings = attributes["settings"]
-    pipeline = attributes.get("pipeline") or capture.load_pipeline(settings)
+    pipeline = attributes.get("pipeline") or objects.load_pipeline(settings)
     driver = op.get_bind().connection.driver_connection
     assert isinstance(driver, psycopg.Connection), "the engine is postgresql+psycopg (migrations.engine)"
     return driver, settings, pipeline
@@ -41,26 +41,26 @@ def upgrade() -> None:
     conn, settings, pipeline = _inputs()
     schema = pipeline.source.support_schema_name
     op.create_table(
-        capture.SIGNAL_TABLE,
+        objects.SIGNAL_TABLE,
         sa.Column("id", sa.String(42), nullable=False),
         sa.Column("type", sa.String(32), nullable=False),
         sa.Column("data", sa.String(2048)),
-        sa.PrimaryKeyConstraint("id", name=f"{capture.SIGNAL_TABLE}_pkey"),
+        sa.PrimaryKeyConstraint("id", name=f"{objects.SIGNAL_TABLE}_pkey"),
         schema=schema,
     )
     op.create_table(
-        capture.HEARTBEAT_TABLE,
+        objects.HEARTBEAT_TABLE,
         sa.Column("id", sa.Integer, autoincrement=False, nullable=False),
         sa.Column("beat_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=f"{capture.HEARTBEAT_TABLE}_pkey"),
+        sa.PrimaryKeyConstraint("id", name=f"{objects.HEARTBEAT_TABLE}_pkey"),
         schema=schema,
     )
-    capture.apply(conn, settings, pipeline)
+    objects.apply(conn, settings, pipeline)
 
 
 def downgrade() -> None:
     conn, settings, pipeline = _inputs()
-    capture.drop_publication(conn, pipeline)
-    capture.drop_role(conn, settings.cdc_user, pipeline)
-    op.drop_table(capture.HEARTBEAT_TABLE, schema=pipeline.source.support_schema_name)
-    op.drop_table(capture.SIGNAL_TABLE, schema=pipeline.source.support_schema_name)
+    objects.drop_publication(conn, pipeline)
+    objects.drop_role(conn, settings.cdc_user, pipeline)
+    op.drop_table(objects.HEARTBEAT_TABLE, schema=pipeline.source.support_schema_name)
+    op.drop_table(objects.SIGNAL_TABLE, schema=pipeline.source.support_schema_name)

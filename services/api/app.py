@@ -28,7 +28,7 @@ from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.status import figures, metrics
 from services.status.collect import collect
-from spark_jobs.config import PipelineConfig, load
+from spark_jobs.model.config import PipelineConfig, load
 
 log = logging.getLogger("tideline.api")
 

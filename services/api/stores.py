@@ -21,7 +21,7 @@ from elasticsearch import ApiError, BadRequestError, Elasticsearch, NotFoundErro
 
 from services.api import validation
 from services.api.validation import BadInput
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.config import PipelineConfig
 from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.redis import decode_row, read_types, row_key
 

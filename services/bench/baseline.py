@@ -24,8 +24,8 @@ from pathlib import Path
 
 from services.bench.core import Bench, BenchError
 from services.bench.measure import ratios
-from services.db.rows import scalar
 from services.stack import postgres
+from services.stack.rows import scalar
 
 NAME = "baseline"
 DEFAULTS = {"rates": [100_000.0], "duration_s": 60.0, "seed": 1}
@@ -33,7 +33,7 @@ SLOTS = {"test_decoding": "bench_ceiling_test_decoding", "pgoutput": "bench_ceil
 # test_decoding: "table public.orders: UPDATE: old-key: id[bigint]:1 new-tuple: ..." (old-key: the key changed)
 CHANGE_LINE = re.compile(r"^table ([^:]+): (INSERT|UPDATE|DELETE|TRUNCATE):( old-key:)?")
 # The Kafka records Debezium writes for each kind of row change (tombstones.on.delete is on; a key change
-# is a delete, its tombstone and a create; a truncate event is keyed by services/connect's transform).
+# is a delete, its tombstone and a create; a truncate event is keyed by services/capture/connect's transform).
 RECORDS_PER_CHANGE = {"INSERT": 1, "UPDATE": 1, "KEY UPDATE": 3, "DELETE": 2, "TRUNCATE": 1}
 
 

@@ -23,11 +23,11 @@ from services.bench import measure
 from services.jobs import driver, lag
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
-from services.stack.catalogue import CATALOGUE
+from services.stack.members import MEMBERS
 from services.stack.service import StackError
-from spark_jobs.checkpoints import Offsets
-from spark_jobs.config import PipelineConfig
-from spark_jobs.settings import SINKS, JobSettings, SinkName
+from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.settings import SINKS, JobSettings, SinkName
+from spark_jobs.runtime.checkpoints import Offsets
 
 T = TypeVar("T")
 # Records/s a sink is assumed to apply when the run did not measure it: below every rate measured here
@@ -98,13 +98,13 @@ class Bench:
 
     def up(self, services: list[str] | None = None) -> None:
         """A clean stack: stop anything left in the bench folder, delete it, start the services, migrate."""
-        import migrations  # SQLAlchemy and Alembic only when a bench runs
+        from services.db import migrate  # SQLAlchemy and Alembic only when a bench runs
 
         self.down()
         process.purge(self.settings.state_dir)
         self.say(f"starting a clean stack in {self.settings.state_dir}")
         runner.up(self.settings, services, report=lambda name, state: self.say(f"  {name}: {state}"))
-        migrations.upgrade(self.settings, pipeline=self.pipeline)
+        migrate.upgrade(self.settings, pipeline=self.pipeline)
 
     def seed_demo(self) -> None:
         """A starting data set for the demo workload (larger than the default, so picks spread out)."""
@@ -122,7 +122,7 @@ class Bench:
 
     def capture(self) -> None:
         """Register the connector, with the run's `--connector` overrides (recorded in its knobs)."""
-        from services.connector import registration
+        from services.capture.connector import registration
 
         # also creates every change topic first
         registration.apply(self.settings, self.pipeline, overrides=self.options.get("connector") or None)
@@ -136,7 +136,7 @@ class Bench:
 
     def pause_connector(self, paused: bool) -> None:
         """Pause (the slot then holds every change) or resume the connector's task; waits for the state."""
-        from services.connector.connect_api import ConnectApi
+        from services.capture.connector.connect_api import ConnectApi
         from services.stack import kafka
 
         name, wanted = self.pipeline.source.connector, "PAUSED" if paused else "RUNNING"
@@ -148,7 +148,7 @@ class Bench:
     def pause_queries(self, paused: bool) -> None:
         """Pause every sink's query (`tide jobs pause`) or resume them all; waits until the driver
         reports them stopped (pausing). Resuming returns at once: each query restarts within seconds."""
-        from spark_jobs import control
+        from spark_jobs.runtime import control
 
         control.write_paused(driver.paused_file(self.settings), set(self.sinks) if paused else set())
         if paused:
@@ -173,7 +173,7 @@ class Bench:
     def component_pids(self) -> dict[str, int]:
         """Root pid of each running component (the sampler adds their descendants), and this process."""
         pids = {"bench (load, probes, verify)": os.getpid()}
-        for service in [*CATALOGUE.values(), driver.SERVICE]:
+        for service in [*MEMBERS.values(), driver.SERVICE]:
             if started := process.running(runner.pid_file(self.settings, service)):
                 pids[service.name] = started.pid
         return pids

@@ -20,7 +20,7 @@ from services.bench.baseline import DecodingCeiling
 from services.bench.core import CAPTURE_SERVICES, Bench
 from services.bench.measure import ratios
 from services.bench.probes import POLL_S, Finder, FreshnessProbe, capture_finder, delay_values, sink_finders
-from spark_jobs.settings import SinkName
+from spark_jobs.model.settings import SinkName
 
 NAME = "freshness"
 # 580 operations/s of the demo mix are about 1,000 row changes/s (1.72 per operation), the target rate.

@@ -18,12 +18,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from services.db.rows import scalar
 from services.demo.workload import PROBE_DOMAIN
 from services.jobs.driver import job_settings
 from services.settings import StackSettings
-from spark_jobs.config import PipelineConfig
-from spark_jobs.settings import SinkName
+from services.stack.rows import scalar
+from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.settings import SinkName
 from spark_jobs.sinks.redis import row_key
 
 TABLE = "customers"

@@ -17,7 +17,7 @@ from services.bench.core import CAPTURE_KNOBS, Bench, Say, bench_settings, runni
 from services.jobs import driver
 from services.settings import StackSettings
 from services.versions import PROJECT_ROOT, pinned
-from spark_jobs.config import PipelineConfig, load
+from spark_jobs.model.config import PipelineConfig, load
 
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
 
@@ -25,9 +25,9 @@ RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
 def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str, str] | None = None) -> dict[str, Any]:
     """The tuning settings in force, so a result says what it was measured with: the jobs', the
     heaps', and the capture settings of the connector config (with the run's `--connector` overrides)."""
-    from services.connector.registration import render_config
+    from services.capture.connector.registration import render_config
+    from spark_jobs.model.settings import JobSettings
     from spark_jobs.realtime import local_master
-    from spark_jobs.settings import JobSettings
 
     config = render_config(settings, pipeline, connector)
     capture = {key: config.get(key, report.DEFAULT_SETTING)

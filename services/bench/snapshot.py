@@ -21,7 +21,7 @@ from services.bench import plots
 from services.bench.baseline import read_ceiling
 from services.bench.core import CAPTURE_SERVICES, Bench, BenchError, poll_until
 from services.bench.measure import ratios
-from services.db.rows import one_row, scalar
+from services.stack.rows import one_row, scalar
 
 NAME = "snapshot"
 # timeout_s: a million rows took 24 min with 100,000-record batches, far longer with the default (docs/benchmarks.md)

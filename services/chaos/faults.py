@@ -27,7 +27,7 @@ from services.jobs import driver, lag
 from services.settings import StackSettings
 from services.stack import elasticsearch, kafka, postgres, process, redis, runner
 from services.stack.service import Service, StackError
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.config import PipelineConfig
 
 
 class ChaosError(StackError):

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from services.db.rows import one_row, scalar
 from services.demo import workload
+from services.stack.rows import one_row, scalar
 
 MAX_WRITERS = 4  # ledger tables migration 0003 creates
 

@@ -26,7 +26,7 @@ from typing import Literal
 
 from kafka.errors import KafkaError
 
-from services.connector import topics as change_topics
+from services.capture.connector import topics as change_topics
 from services.jobs import lag
 from services.settings import StackSettings
 from spark_jobs.changes import Change, DecodeError, decode

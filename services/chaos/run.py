@@ -22,19 +22,19 @@ import psycopg
 import redis
 import yaml
 
-import migrations
+from services.capture.connector import registration
+from services.capture.connector.connect_api import ConnectApi
 from services.chaos import faults, ledger, observe
 from services.chaos.profiles import Profile, schedule
-from services.connector import registration
-from services.connector.connect_api import ConnectApi
-from services.db.rows import scalar
+from services.db import migrate
 from services.demo import workload
 from services.jobs import driver, lag
 from services.settings import StackSettings
 from services.stack import kafka, postgres, process, runner
+from services.stack.rows import scalar
 from services.verify import Divergence, reconcile_views
-from spark_jobs.config import PipelineConfig, TableConfig, load
-from spark_jobs.settings import SINKS
+from spark_jobs.model.config import PipelineConfig, TableConfig, load
+from spark_jobs.model.settings import SINKS
 
 REDIS_DB = 9  # the chaos run's Redis database (flushed at the start of a run)
 Say = Callable[[str], None]
@@ -100,7 +100,7 @@ def chaos_pipeline(base: PipelineConfig, writers: int, bulk: bool, label: str) -
 def prepare(stack: StackSettings, profile: Profile, seed: int, work_dir: Path) -> tuple[StackSettings, PipelineConfig]:
     """Migrate, reset the ledgers, load the bulk rows and seed the demo data; the run's own settings."""
     runner.up(stack)  # every service healthy before the first fault (idempotent: running ones are left alone)
-    migrations.upgrade(stack)
+    migrate.upgrade(stack)
     label = f"{profile.name}{seed % 10_000}x{uuid.uuid4().hex[:4]}"
     pipeline = chaos_pipeline(load(stack.pipeline_file), profile.writers, profile.snapshot_rows > 0, label)
     # A replay of a seed reuses its folder: the last run's checkpoints name that run's topics.

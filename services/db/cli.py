@@ -24,10 +24,12 @@ def migrate(
     """Apply migrations (idempotent); also re-applies the CDC role password and publication table list."""
     settings = load_settings()
     with user_errors(), database_errors(settings):
-        import migrations  # here, not at import time: `tide stack ...` need not load SQLAlchemy and Alembic
+        from services.db import (
+            migrate,  # here, not at import time: `tide stack ...` need not load SQLAlchemy and Alembic
+        )
 
         require_own_database(settings)
-        migrations.upgrade(settings, revision)
+        migrate.upgrade(settings, revision)
         _print_current(settings)
 
 
@@ -38,10 +40,10 @@ def downgrade(
     """Undo migrations down to REVISION."""
     settings = load_settings()
     with user_errors(), database_errors(settings):
-        import migrations
+        from services.db import migrate
 
         require_own_database(settings)
-        migrations.downgrade(settings, revision)
+        migrate.downgrade(settings, revision)
         _print_current(settings)
 
 
@@ -61,9 +63,9 @@ def require_own_database(settings: StackSettings) -> None:
 
 
 def _print_current(settings: StackSettings) -> None:
-    import migrations
+    from services.db import migrate
 
-    at, head = migrations.current(settings), migrations.head()
+    at, head = migrate.current(settings), migrate.head()
     suffix = " (head)" if at == head else f" (head is {head})"
     console.print(f"database {settings.postgres_db} at revision {at}{suffix}", highlight=False)
 
@@ -91,7 +93,7 @@ def database_errors(settings: StackSettings) -> Iterator[None]:
         ) from exc
     except DBAPIError as exc:
         raise StackError(f"migration failed: {first_line(exc.orig)}") from exc
-    except psycopg.Error as exc:  # from migrations.capture, which talks to psycopg directly
+    except psycopg.Error as exc:  # from services.capture.objects, which talks to psycopg directly
         raise StackError(f"migration failed: {first_line(exc)}") from exc
     except CommandError as exc:  # e.g. an unknown revision
         raise StackError(f"alembic: {exc}") from exc

@@ -9,10 +9,10 @@ import psycopg
 import typer
 
 from services.console import console, load_settings, user_errors
-from services.db.rows import scalar
 from services.demo import load as demo_load
 from services.demo import workload
 from services.stack import postgres
+from services.stack.rows import scalar
 from services.stack.service import StackError
 
 demo_app = typer.Typer(help="The demo workload: realistic, seeded traffic on the demo schema.")

@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass, field
 
 import psycopg
 
-from services.db.rows import scalar
 from services.demo import workload
+from services.stack.rows import scalar
 from services.stack.service import StackError
 
 # Concurrent operations on the same rows can collide (a renumbered item, a customer deleted while an

@@ -10,10 +10,9 @@ from services.console import console, load_settings, reporter, user_errors
 from services.jobs import driver, rebuild
 from services.stack import process, runner
 from services.stack.service import StackError
-from services.status import cli as status_view
-from spark_jobs import control
-from spark_jobs.settings import SINKS
-from spark_jobs.sinks.registry import spec_of
+from spark_jobs.model.settings import SINKS
+from spark_jobs.model.sink_registry import spec_of
+from spark_jobs.runtime import control
 
 jobs_app = typer.Typer(help="The Spark Structured Streaming jobs that apply the changelog to every sink.")
 # Top-level commands about the jobs (merged into `tide` itself).
@@ -37,12 +36,6 @@ def stop() -> None:
     settings = load_settings()
     stopped = process.stop(runner.pid_file(settings, driver.SERVICE))
     console.print("jobs stopped" if stopped else "jobs were not running")
-
-
-@jobs_app.command()
-def status() -> None:
-    """Each sink's query: state, records behind, dead letters, freshness, last error (see `tide status`)."""
-    console.print(status_view.sinks_table(status_view.read(load_settings())))
 
 
 SinkArgument = Annotated[str, typer.Argument(help=", ".join(SINKS[:-1]) + " or " + SINKS[-1])]

@@ -13,9 +13,10 @@ from psycopg.conninfo import make_conninfo
 from services.settings import StackSettings
 from services.stack import elasticsearch, jars, postgres
 from services.stack.service import Service, StackError, Unhealthy
-from spark_jobs import catalogue, config, drivers
-from spark_jobs.config import load
-from spark_jobs.settings import SINKS, JobSettings
+from spark_jobs.model import catalogue, config
+from spark_jobs.model.config import load
+from spark_jobs.model.settings import SINKS, JobSettings
+from spark_jobs.runtime import drivers
 
 STATUS_STALE_S = 30.0
 
@@ -30,7 +31,7 @@ def catalogue_conninfo(settings: StackSettings) -> str:
 
 
 def job_env(settings: StackSettings) -> dict[str, str]:
-    """TIDE_JOB_* for spark_jobs.settings.JobSettings, derived from the stack's settings. The catalogue's
+    """TIDE_JOB_* for spark_jobs.model.settings.JobSettings, derived from the stack's settings. The catalogue's
     connection is left out when the CDC password is not set (readers of the views need none)."""
     state = settings.state_dir
     conninfo = {"TIDE_JOB_POSTGRES_CONNINFO": catalogue_conninfo(settings)} if settings.cdc_password else {}
@@ -74,7 +75,7 @@ def reload_file(settings: StackSettings) -> Path:
 
 def read_status(settings: StackSettings) -> dict | None:
     """The drivers' reports as one (locally the Delta queries have a driver of their own:
-    spark_jobs/drivers.py); None before any has reported."""
+    spark_jobs/runtime/drivers.py); None before any has reported."""
     reports = []
     for path in drivers.status_files(status_file(settings)):
         try:

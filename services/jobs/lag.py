@@ -12,7 +12,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from services.jobs import driver
 from services.settings import StackSettings
-from spark_jobs.checkpoints import Offsets, committed_offsets, furthest, query_id
+from spark_jobs.runtime.checkpoints import Offsets, committed_offsets, furthest, query_id
 
 __all__ = ["applied_offsets", "committed_offsets", "end_offsets", "positions", "records_behind", "sink_positions"]
 

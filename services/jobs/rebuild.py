@@ -1,5 +1,5 @@
 """Rebuild one sink from the compacted change topics, without touching PostgreSQL. How is the sink's
-to say (its capabilities in spark_jobs/sinks/registry.py):
+to say (its capabilities in spark_jobs/model/sink_registry.py):
 
 - SWAPS_ON_REBUILD (search): the sink builds a target over new physical stores (every alias gets a
   new index version), filled by a query of its own (fresh checkpoint: offset zero, run until caught
@@ -23,11 +23,11 @@ from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import process, runner
 from services.stack.service import StackError
-from spark_jobs import checkpoints
-from spark_jobs.config import PipelineConfig, load
-from spark_jobs.settings import JobSettings
+from spark_jobs.model.config import PipelineConfig, load
+from spark_jobs.model.settings import JobSettings
+from spark_jobs.model.sink_registry import Capability
+from spark_jobs.runtime import checkpoints
 from spark_jobs.sinks.base import Sink, build_sink
-from spark_jobs.sinks.registry import Capability
 
 Report = Callable[[str], None]
 
@@ -35,7 +35,7 @@ Report = Callable[[str], None]
 def rebuild(settings: StackSettings, name: str, report: Report) -> dict[str, str]:
     """Rebuild the sink called `name` the way it can; returns {name users read: new store} when it
     swapped stores in, else {}."""
-    from spark_jobs.sinks.registry import spec_of
+    from spark_jobs.model.sink_registry import spec_of
 
     capabilities = spec_of(name).capabilities
     if Capability.SWAPS_ON_REBUILD in capabilities:
@@ -48,7 +48,7 @@ def rebuild(settings: StackSettings, name: str, report: Report) -> dict[str, str
 
 def _rebuild_by_swap(settings: StackSettings, name: str, report: Report) -> dict[str, str]:
     from spark_jobs.pipeline import live_catalogue  # pyspark: only a rebuild runs Spark in this process
-    from spark_jobs.session import build_session
+    from spark_jobs.runtime.session import build_session
 
     jobs = driver.job_settings(settings)
     pipeline = load(jobs.pipeline_file)

@@ -1,5 +1,5 @@
 """Elasticsearch: a real node assembled from Maven Central (server + transport-netty4 module),
-started by the small launcher in services/elasticsearch/ (see its README for what is missing)."""
+started by the small launcher in services/stack/assets/elasticsearch/ (see its README for what is missing)."""
 
 from __future__ import annotations
 

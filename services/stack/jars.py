@@ -43,16 +43,16 @@ class JarBundle:
 BUNDLES: dict[str, JarBundle] = {
     bundle.name: bundle
     for bundle in (
-        JarBundle("kafka", PROJECT_ROOT / "services/kafka/pom.xml", "kafka"),
+        JarBundle("kafka", PROJECT_ROOT / "services/stack/assets/kafka/pom.xml", "kafka"),
         JarBundle(
             "debezium",
-            PROJECT_ROOT / "services/connect/pom.xml",
+            PROJECT_ROOT / "services/capture/connect/pom.xml",
             "connect-plugins/debezium-connector-postgres",
             goals=("package", "dependency:copy-dependencies"),
         ),
         JarBundle(
             "elasticsearch",
-            PROJECT_ROOT / "services/elasticsearch/pom.xml",
+            PROJECT_ROOT / "services/stack/assets/elasticsearch/pom.xml",
             "elasticsearch",
             goals=("package", "dependency:copy-dependencies"),
         ),

@@ -19,8 +19,8 @@ from services.stack.service import Service, StackError, Unhealthy
 from services.stack.templates import render
 from services.versions import PROJECT_ROOT
 
-KAFKA_ASSETS = PROJECT_ROOT / "services" / "kafka"
-CONNECT_ASSETS = PROJECT_ROOT / "services" / "connect"
+KAFKA_ASSETS = PROJECT_ROOT / "services" / "stack" / "assets" / "kafka"
+CONNECT_ASSETS = PROJECT_ROOT / "services" / "capture" / "connect"
 DEBEZIUM_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 CONNECT_GROUP = "tideline-connect"
 

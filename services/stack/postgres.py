@@ -9,9 +9,9 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from services.db.rows import scalar
 from services.settings import StackSettings
 from services.stack.process import chown_tree, service_home, unprivileged_user
+from services.stack.rows import scalar
 from services.stack.service import Service, StackError, Unhealthy
 from services.versions import pinned
 

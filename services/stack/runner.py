@@ -14,8 +14,8 @@ from pathlib import Path
 
 from services.settings import StackSettings
 from services.stack import postgres, process
-from services.stack.catalogue import CATALOGUE, managed
 from services.stack.jars import ensure
+from services.stack.members import MEMBERS, managed
 from services.stack.service import Service, StackError, Unhealthy
 
 Report = Callable[[str, str], None]
@@ -41,17 +41,17 @@ def log_file(settings: StackSettings, service: Service) -> Path:
 
 def select(names: Iterable[str] | None = None) -> list[Service]:
     """The named services plus everything they start after, in catalogue order."""
-    wanted = set(names or CATALOGUE)
-    unknown = wanted - set(CATALOGUE)
+    wanted = set(names or MEMBERS)
+    unknown = wanted - set(MEMBERS)
     if unknown:
-        raise StackError(f"unknown service {', '.join(sorted(unknown))}; known: {', '.join(CATALOGUE)}")
+        raise StackError(f"unknown service {', '.join(sorted(unknown))}; known: {', '.join(MEMBERS)}")
     pending = list(wanted)
     while pending:
-        for dependency in CATALOGUE[pending.pop()].after:
+        for dependency in MEMBERS[pending.pop()].after:
             if dependency not in wanted:
                 wanted.add(dependency)
                 pending.append(dependency)
-    return [service for name, service in CATALOGUE.items() if name in wanted]
+    return [service for name, service in MEMBERS.items() if name in wanted]
 
 
 def _probe(settings: StackSettings, service: Service) -> tuple[bool, str]:
@@ -192,15 +192,15 @@ def start_and_wait(settings: StackSettings, services: list[Service], report: Rep
 def with_dependants(names: Iterable[str]) -> list[Service]:
     """The named services plus every service that starts after them (stopping Kafka stops Connect)."""
     wanted = {service.name for service in select(names) if service.name in set(names)}
-    for service in CATALOGUE.values():  # catalogue order: dependencies come first
+    for service in MEMBERS.values():  # catalogue order: dependencies come first
         if wanted & set(service.after):
             wanted.add(service.name)
-    return [service for name, service in CATALOGUE.items() if name in wanted]
+    return [service for name, service in MEMBERS.items() if name in wanted]
 
 
 def down(settings: StackSettings, names: Iterable[str] | None = None, report: Report = lambda n, s: None) -> None:
     """Stop exactly the processes the stack started (by pid file), dependants first. Data stays."""
-    stop(settings, with_dependants(names) if names else list(CATALOGUE.values()), report)
+    stop(settings, with_dependants(names) if names else list(MEMBERS.values()), report)
 
 
 def stop(settings: StackSettings, services: list[Service], report: Report = lambda n, s: None) -> list[str]:
@@ -215,7 +215,7 @@ def stop(settings: StackSettings, services: list[Service], report: Report = lamb
 
 def status(settings: StackSettings, services: Iterable[Service] | None = None) -> list[ServiceStatus]:
     rows = []
-    for service in services or CATALOGUE.values():
+    for service in services or MEMBERS.values():
         started = process.running(pid_file(settings, service))
         healthy, detail = _probe(settings, service) if started else (False, "not running")
         if service.name == postgres.SERVICE.name and settings.source_external:

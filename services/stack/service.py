@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from services.settings import StackSettings
-from spark_jobs.errors import TidelineError
+from spark_jobs.model.errors import TidelineError
 
 
 class StackError(TidelineError):

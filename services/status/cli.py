@@ -14,7 +14,7 @@ from services.console import console, load_settings, user_errors
 from services.settings import StackSettings
 from services.status.collect import collect
 from services.status.figures import SinkFigures, Status, TableFigures, age_s
-from spark_jobs.config import load
+from spark_jobs.model.config import load
 
 STATE_STYLE = {"running": "green", "RUNNING": "green", "paused": "yellow", "PAUSED": "yellow"}
 
@@ -103,3 +103,8 @@ def status_command(
                 live.update(render(read(settings)), refresh=True)
         except KeyboardInterrupt:
             pass
+
+
+def jobs_status_command() -> None:
+    """Each sink's query: state, records behind, dead letters, freshness, last error (see `tide status`)."""
+    console.print(sinks_table(read(load_settings())))

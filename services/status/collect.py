@@ -14,8 +14,8 @@ from pathlib import Path
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
-from services.connector import registration
-from services.connector.connect_api import ConnectApi, ConnectError
+from services.capture.connector import registration
+from services.capture.connector.connect_api import ConnectApi, ConnectError
 from services.jobs import dlq, driver, lag
 from services.settings import StackSettings
 from services.stack import kafka
@@ -32,8 +32,8 @@ from services.status.figures import (
     query_state,
 )
 from spark_jobs.changes import DecodeError, decode
-from spark_jobs.config import PipelineConfig
-from spark_jobs.settings import SINKS
+from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.settings import SINKS
 
 # Records read on each side of a checkpointed offset to find one that carries a commit time
 # (a tombstone or an undecodable record has none).

@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from services.connector.slot_safety import DEFAULT_LAG_WARN_BYTES, slot_warnings
+from services.capture.connector.slot_safety import slot_warnings
+from services.settings import DEFAULT_LAG_WARN_BYTES
 
 # The driver rewrites its report every few seconds; older than this, it is not running.
 REPORT_STALE_S = 30.0

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from services.connector import snapshot
+from services.capture.connector import snapshot
 from services.console import console, load_settings, user_errors
 from services.tables import ops
 

@@ -12,9 +12,9 @@ from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import process, runner
 from services.stack.service import StackError
-from spark_jobs import control
-from spark_jobs.config import PipelineConfig
-from spark_jobs.settings import SINKS
+from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.settings import SINKS
+from spark_jobs.runtime import control
 
 Say = Callable[[str], None]
 # A restarted query reports progress once its first batch is done: on 2 busy cores, a warehouse batch can take a minute.

@@ -21,14 +21,14 @@ from dataclasses import dataclass
 
 import psycopg
 
-from migrations import capture
-from services.connector import registration, topics
+from services.capture import objects
+from services.capture.connector import registration, topics
+from services.capture.source import introspect
 from services.settings import StackSettings
-from services.source import introspect
 from services.stack import postgres
 from services.stack.service import StackError
 from services.tables import jobs, pipeline_file
-from spark_jobs.config import PipelineConfig, PipelineConfigError, TableConfig
+from spark_jobs.model.config import PipelineConfig, PipelineConfigError, TableConfig
 
 Say = Callable[[str], None]
 
@@ -89,7 +89,7 @@ def _require_unused_topic(settings: StackSettings, pipeline: PipelineConfig, tab
 def add(settings: StackSettings, table: str, choice: ViewChoice, say: Say) -> PipelineConfig:
     """Every step of `add` but the snapshot; returns the new pipeline (the caller snapshots `table`)."""
     path = settings.pipeline_file
-    pipeline = capture.load_pipeline(settings)
+    pipeline = objects.load_pipeline(settings)
     if table in pipeline.tables:
         raise StackError(f"{table} is already captured (pipeline.yaml); `tide snapshot {table}` re-reads its rows")
     views = table_views(_found(settings, pipeline, table), choice)
@@ -110,7 +110,7 @@ def add(settings: StackSettings, table: str, choice: ViewChoice, say: Say) -> Pi
 def remove(settings: StackSettings, table: str, say: Say) -> PipelineConfig:
     """Every step of `remove`; returns the new pipeline."""
     path = settings.pipeline_file
-    pipeline = capture.load_pipeline(settings)
+    pipeline = objects.load_pipeline(settings)
     if table not in pipeline.tables:
         raise StackError(f"{table} is not captured (pipeline.yaml has {', '.join(pipeline.tables)})")
     text = pipeline_file.without_table(path.read_text(), table, path)

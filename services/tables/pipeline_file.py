@@ -10,22 +10,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
-
-from spark_jobs.config import PipelineConfig, PipelineConfigError, TableConfig, load
-from spark_jobs.files import replace_text
+from services.capture.source.introspect import table_entry
+from spark_jobs.model.config import PipelineConfig, PipelineConfigError, TableConfig, load
+from spark_jobs.model.files import replace_text
 
 _TABLES = re.compile(r"^tables:[ \t]*(#.*)?$", re.MULTILINE)
 # The first line after `tables:` that is neither indented, blank nor a comment ends the section.
 _SECTION_END = re.compile(r"^(?![ \t]|#|$)", re.MULTILINE)
-
-
-def table_entry(name: str, config: TableConfig) -> str:
-    """One table's entry under `tables:`, each view on one line in flow style."""
-    lines = [f"  {name}:"]
-    for view, value in config.model_dump(mode="json", exclude_defaults=True).items():
-        lines.append(f"    {view}: {yaml.safe_dump(value, default_flow_style=True, width=200).strip()}")
-    return "\n".join(lines) + "\n"
 
 
 def _section(text: str, path: Path) -> tuple[int, int]:

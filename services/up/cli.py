@@ -13,7 +13,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Column
 
-from migrations import capture
+from services.capture import objects
 from services.console import console, errors, load_settings, reporter, user_errors
 from services.settings import ENV_FILE, StackSettings
 from services.stack import runner
@@ -94,7 +94,7 @@ def tide_path() -> str:
 
 def print_usage(settings: StackSettings) -> None:
     with user_errors():
-        pipeline = capture.load_pipeline(settings)
+        pipeline = objects.load_pipeline(settings)
     for section in usage.sections(settings, pipeline, ENV_FILE):
         console.print()
         console.print(section.title, highlight=False, markup=False, soft_wrap=True)

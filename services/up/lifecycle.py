@@ -16,22 +16,22 @@ from typing import Protocol
 
 import psycopg
 
-from migrations import capture
 from services.api import server
-from services.connector import registration
+from services.capture import objects
+from services.capture.connector import registration
+from services.capture.source import setup as source_setup
 from services.db.cli import database_errors, first_line
-from services.db.rows import scalar
 from services.demo import workload
 from services.jobs import driver
 from services.settings import StackSettings
-from services.source import setup as source_setup
 from services.stack import postgres, process, runner
-from services.stack.catalogue import CATALOGUE, managed
+from services.stack.members import MEMBERS, managed
+from services.stack.rows import scalar
 from services.stack.runner import Report
 from services.stack.service import Service, StackError
 
 # Every process `up` may start, in start order (`down` stops them last first).
-PROCESSES: list[Service] = [*CATALOGUE.values(), driver.SERVICE, server.SERVICE]
+PROCESSES: list[Service] = [*MEMBERS.values(), driver.SERVICE, server.SERVICE]
 
 
 def process_named(name: str) -> Service:
@@ -61,16 +61,16 @@ def start_stack(settings: StackSettings, report: Report) -> str:
 
 def prepare_source(settings: StackSettings, report: Report) -> str:
     """Your PostgreSQL: preflight, then the capture objects (never your tables), each step stated."""
-    lines = source_setup.run(settings, capture.load_pipeline(settings), lambda line: report("source", line))
+    lines = source_setup.run(settings, objects.load_pipeline(settings), lambda line: report("source", line))
     return "; ".join(lines)
 
 
 def migrate(settings: StackSettings, report: Report) -> str:
-    import migrations  # here, not at import time: `tide down` need not load SQLAlchemy and Alembic
+    from services.db import migrate  # here, not at import time: `tide down` need not load SQLAlchemy and Alembic
 
     with database_errors(settings):
-        migrations.upgrade(settings)
-        return f"database {settings.postgres_db} at revision {migrations.current(settings)}"
+        migrate.upgrade(settings)
+        return f"database {settings.postgres_db} at revision {migrate.current(settings)}"
 
 
 def load_demo(settings: StackSettings, report: Report) -> str:
@@ -91,7 +91,7 @@ def load_demo(settings: StackSettings, report: Report) -> str:
 
 
 def apply_connector(settings: StackSettings, report: Report) -> str:
-    pipeline = capture.load_pipeline(settings)
+    pipeline = objects.load_pipeline(settings)
     registration.apply(settings, pipeline)
     return f"connector {pipeline.source.connector} running; tables {', '.join(pipeline.tables)}"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from services.api import server
 from services.settings import StackSettings
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.config import PipelineConfig
 from spark_jobs.sinks.redis import row_key
 
 # The example row (demo schema): the INSERT's name is found by the search line's word.

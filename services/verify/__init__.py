@@ -36,11 +36,11 @@ from services.verify.reconcile import (
     compare,
     spill,
 )
-from spark_jobs import catalogue
-from spark_jobs.aggregates import AggregatePlan
-from spark_jobs.catalogue import Catalogue
-from spark_jobs.config import PipelineConfig, WindowView, history_table, load
-from spark_jobs.settings import SINKS, SinkName
+from spark_jobs.model import catalogue
+from spark_jobs.model.aggregates import AggregatePlan
+from spark_jobs.model.catalogue import Catalogue
+from spark_jobs.model.config import PipelineConfig, WindowView, history_table, load
+from spark_jobs.model.settings import SINKS, SinkName
 from spark_jobs.sinks.delta.layout import IS_CURRENT
 
 __all__ = ["Divergence", "Outcome", "Targets", "VerifyError", "reconcile_views", "verify"]

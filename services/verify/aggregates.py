@@ -1,6 +1,6 @@
 """The cache's aggregates against SQL `GROUP BY` (docs/sinks/redis.md, docs/verify.md).
 
-The oracle query is generated from the same declaration (`spark_jobs.aggregates`)
+The oracle query is generated from the same declaration (`spark_jobs.model.aggregates`)
 the sink maintains, by the definition written there: rows with a NULL group are
 left out, a NULL never matches a condition, sums ignore NULLs, and a group whose
 figures are all zero has no key in Redis. Each side yields (group id, figures as
@@ -18,8 +18,8 @@ import redis
 from psycopg import sql
 
 from services.verify.readers import PAGE, REDIS_BATCH, VerifyError
-from spark_jobs.aggregates import AggregatePlan, MeasurePlan, Term
 from spark_jobs.changes.envelope import row_id
+from spark_jobs.model.aggregates import AggregatePlan, MeasurePlan, Term
 from spark_jobs.sinks.redis import glob_escape
 
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from services.console import console, user_errors
 from services.settings import StackSettings
 from services.verify import Outcome, reconcile_views
-from spark_jobs.config import load
+from spark_jobs.model.config import load
 
 EXIT_CLEAN, EXIT_DIVERGED, EXIT_FAILED = 0, 1, 2
 

@@ -3,12 +3,12 @@
 PostgreSQL keeps no history, so verify checks a history table against what it can know:
 - its current versions (`is_current`) equal PostgreSQL's rows (compared like any view);
 - each (key, version) is stored once (`duplicate`), and each version's valid_to and is_current are
-  what `spark_jobs.scd2.intervals` derives from the row's versions (`interval`).
+  what `spark_jobs.model.scd2.intervals` derives from the row's versions (`interval`).
 That every committed version is there is checked by the end-to-end tests, which record the versions
 themselves (tests/e2e/test_derived_views.py).
 
 A window table is checked against PostgreSQL's rows now, aggregated with
-`spark_jobs.event_windows.aggregate`: for every window, the table's figures plus the deltas recorded
+`spark_jobs.model.event_windows.aggregate`: for every window, the table's figures plus the deltas recorded
 in `<name>_late` must equal the aggregate (docs/sinks/delta.md explains why late deltas are kept apart).
 """
 
@@ -26,9 +26,9 @@ from services.api.stores import quoted
 from services.verify import readers
 from services.verify.canonical import TableShape, row_doc_id
 from services.verify.reconcile import Tally
-from spark_jobs.config import WindowView, late_table
-from spark_jobs.event_windows import WindowKey, aggregate
-from spark_jobs.scd2 import intervals
+from spark_jobs.model.config import WindowView, late_table
+from spark_jobs.model.event_windows import WindowKey, aggregate
+from spark_jobs.model.scd2 import intervals
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta.layout import (
     COUNT_DELTA,

@@ -20,7 +20,7 @@ from psycopg.types.json import set_json_loads
 
 from services.verify.canonical import Canonicaliser, TableShape, content_hash, row_doc_id
 from services.verify.readers import PAGE, VerifyError, search_rows, source_shape
-from spark_jobs.config import JoinNode, NestedView, PipelineConfig, join_nodes, node_table
+from spark_jobs.model.config import JoinNode, NestedView, PipelineConfig, join_nodes, node_table
 
 KEY = "__root_key__"  # the root row's key columns, beside its document, in the SQL result
 

@@ -26,7 +26,7 @@ from psycopg.types.datetime import DateLoader, TimestampLoader, TimestamptzLoade
 
 from services.api.stores import quoted
 from services.verify.canonical import Column, TableShape
-from spark_jobs.errors import TidelineError
+from spark_jobs.model.errors import TidelineError
 from spark_jobs.sinks.redis import glob_escape, row_key
 
 Row = dict[str, Any]

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from spark_jobs.changes import envelope
 from spark_jobs.changes.envelope import UNAVAILABLE
-from spark_jobs.errors import ChangeError
+from spark_jobs.model.errors import ChangeError
 
 Op = Literal["r", "c", "u", "d", "t"]
 OPS: frozenset[str] = frozenset(envelope.OPS)
@@ -74,7 +74,7 @@ class Change:
     commit_ts_ms: int | None
     snapshot: str | None
     unavailable: frozenset[str] = field(default_factory=frozenset)
-    # Columns of `after` filled from an older change of the same row (`spark_jobs/newest.py`), with the
+    # Columns of `after` filled from an older change of the same row (`spark_jobs/changes/newest.py`), with the
     # version of the change each value came from: a sink holding that version or newer keeps its own.
     filled: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Source types of the after (or before) image's columns, for sinks that need explicit types.

@@ -1,9 +1,9 @@
 """The change, as the apply jobs carry it: one Spark struct, defined here and nowhere else.
 
 Every micro-batch is decoded into rows of `CHANGE` (stream.py), reduced to the newest change per row
-(spark_jobs/newest.py), and handed to a sink as a DataFrame of these columns. Column values stay the
+(spark_jobs/changes/newest.py), and handed to a sink as a DataFrame of these columns. Column values stay the
 text Debezium sent (`after`: column -> JSON text, a string's own text unquoted, NULL as null); each
-sink types them from PostgreSQL's catalogue (spark_jobs/catalogue.py) the way its store needs.
+sink types them from PostgreSQL's catalogue (spark_jobs/model/catalogue.py) the way its store needs.
 
 A row with `error` set is a dead letter: a record that could not be decoded, or a change a sink could
 not apply; only its origin, `error` and `letter_value` (the record's bytes) mean anything then.
@@ -40,7 +40,7 @@ CHANGE = StructType([
     StructField("key", MapType(StringType(), StringType())),  # primary-key columns' text, in key order
     StructField("after", TEXT_MAP),  # NULL for a delete or truncate; unchanged-TOAST columns left out
     StructField("unavailable", ArrayType(StringType(), False)),  # columns Debezium sent as the placeholder
-    # Columns of `after` filled from an older change of the batch (spark_jobs/newest.py), each with the
+    # Columns of `after` filled from an older change of the batch (spark_jobs/changes/newest.py), each with the
     # version of the change its value came from: a sink whose row is at least that new keeps its own.
     StructField("filled", MapType(StringType(), VERSION, False)),
     StructField("version", VERSION),

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.catalogue import TableSchema
 from spark_jobs.changes import envelope
 from spark_jobs.changes.schema import CHANGE, FIELDS
-from spark_jobs.expressions import reused
+from spark_jobs.model.catalogue import TableSchema
+from spark_jobs.runtime.expressions import reused
 
 _SOURCE = "struct<table: string, lsn: bigint, sequence: string, snapshot: string, ts_ms: bigint>"
 _ENVELOPE = f"after: map<string, string>, source: {_SOURCE}, op: string"

@@ -2,7 +2,7 @@
 
 A sink receives each micro-batch as a `Batch`: DataFrames of `CHANGE` rows (spark_jobs/changes/schema.py),
 the newest change per row already chosen and unchanged-TOAST columns filled from older changes of the
-batch (spark_jobs/newest.py), and the catalogue of column types. Per-row work stays in the JVM: a sink
+batch (spark_jobs/changes/newest.py), and the catalogue of column types. Per-row work stays in the JVM: a sink
 builds what its store needs with Spark SQL expressions and either writes it with Spark (Delta Lake) or
 hands Arrow batches of ready bytes to Python on the executors, which only ships them (Elasticsearch,
 Redis). Nothing is collected to the driver but per-table metadata and the few changes a sink rejects.
@@ -29,14 +29,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from spark_jobs.catalogue import Catalogue
-from spark_jobs.config import PipelineConfig
-from spark_jobs.sinks.registry import Capability, spec_of
+from spark_jobs.model.catalogue import Catalogue
+from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.sink_registry import Capability, spec_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from spark_jobs.settings import JobSettings
+    from spark_jobs.model.settings import JobSettings
 
 # Metadata every sink stores beside a row's columns; `tide verify` ignores names with this prefix.
 META_PREFIX = "tl_"
@@ -71,7 +71,7 @@ class Batch:
 
 
 class Sink(ABC):
-    """One destination, declared in spark_jobs/sinks/registry.py under `name` (its capabilities are
+    """One destination, declared in spark_jobs/model/sink_registry.py under `name` (its capabilities are
     there). Holds plain settings only: it is pickled to executors where it ships bytes."""
 
     name: ClassVar[str]

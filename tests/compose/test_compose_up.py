@@ -19,7 +19,7 @@ import redis
 from services.demo import workload
 from services.stack import postgres
 from services.up.usage import EXAMPLE_INSERT, EXAMPLE_TABLE, EXAMPLE_WORD
-from spark_jobs.settings import SINKS
+from spark_jobs.model.settings import SINKS
 from spark_jobs.sinks.redis import row_key
 from tests.compose.conftest import ComposeStack
 from tests.e2e.support import CONVERGE_S, Workload

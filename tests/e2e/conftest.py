@@ -13,13 +13,13 @@ import psycopg
 import pytest
 import redis
 
-import migrations
-from services.connector import registration
+from services.capture.connector import registration
+from services.db import migrate
 from services.demo import workload
 from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
-from spark_jobs.config import PipelineConfig, load
+from spark_jobs.model.config import PipelineConfig, load
 from tests.capture_support import unique_pipeline
 from tests.e2e.support import REDIS_DB, WORKLOAD_SECONDS, Workload, write_pipeline
 from tests.waiting import wait_until
@@ -49,7 +49,7 @@ RUNNING = pytest.StashKey[RunningPipeline]()
 @pytest.fixture(scope="session")
 def run(request, stack: StackSettings, tmp_path_factory):
     """Seed data, register the connector, start the driver, run the workload for a minute."""
-    migrations.upgrade(stack)
+    migrate.upgrade(stack)
     base = unique_pipeline(load(stack.pipeline_file), "apply")
     suffix = base.source.topic_prefix
     tables = {

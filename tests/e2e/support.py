@@ -22,8 +22,8 @@ from services.jobs import dlq, driver, lag
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from services.verify import Outcome, reconcile_views
-from spark_jobs.config import PipelineConfig
-from spark_jobs.settings import SINKS
+from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.settings import SINKS
 from tests import tide_cli
 from tests.conftest import TEST_STACK
 from tests.tide_cli import TIDE  # noqa: F401 - re-exported for the e2e modules

@@ -24,15 +24,15 @@ from deltalake import DeltaTable, QueryBuilder
 from kafka import KafkaProducer
 
 from services.bench import measure
-from services.connector import snapshot
+from services.capture.connector import snapshot
 from services.demo.workload import description
 from services.jobs import driver, lag
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from services.verify import verify
 from spark_jobs.changes.envelope import row_id
-from spark_jobs.config import PipelineConfig
-from spark_jobs.settings import SINKS
+from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.settings import SINKS
 from tests.capture_support import read_topic
 from tests.e2e.support import (
     CONVERGE_S,
@@ -92,7 +92,7 @@ def test_a_driver_whose_jvm_dies_is_started_again_by_itself_loses_nothing_and_ne
     writer = Workload(stack, seed=13)
     writer.start()
     wait_until(lambda: writer.done >= 100, 60, "writes before the kill")
-    killed = _driver_jvms(keeper.pid)  # one per driver (spark_jobs/drivers.py)
+    killed = _driver_jvms(keeper.pid)  # one per driver (spark_jobs/runtime/drivers.py)
     assert killed
     for jvm in killed:
         os.kill(jvm, signal.SIGKILL)

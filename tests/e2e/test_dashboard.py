@@ -20,7 +20,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from services.api.app import create_app
 from services.stack import postgres
-from spark_jobs.settings import SINKS
+from spark_jobs.model.settings import SINKS
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack

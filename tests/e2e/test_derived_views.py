@@ -20,17 +20,17 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-import migrations
 from services.api.app import create_app
+from services.db import migrate
 from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
 from services.verify import nested
 from services.verify.readers import warehouse_query
-from spark_jobs import catalogue as source_catalogue
-from spark_jobs.config import history_table, load
-from spark_jobs.event_windows import window_starts
-from spark_jobs.settings import SINKS
+from spark_jobs.model import catalogue as source_catalogue
+from spark_jobs.model.config import history_table, load
+from spark_jobs.model.event_windows import window_starts
+from spark_jobs.model.settings import SINKS
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 from tests.demo_catalogue import demo_catalogue
 from tests.e2e.support import (
@@ -264,7 +264,7 @@ def test_tide_rebuild_analytics_rebuilds_history_and_windows_from_the_topics_and
 
 
 def test_a_window_on_an_unknown_column_stops_tide_jobs_start_with_one_line(stack, tmp_path):
-    migrations.upgrade(stack)
+    migrate.upgrade(stack)
     pipeline = load(stack.pipeline_file)
     view = pipeline.windows["order_revenue"].model_copy(update={"time_column": "placed_at"})
     write_pipeline(pipeline.model_copy(update={"windows": {"order_revenue": view}}), tmp_path / "pipeline.yaml")
@@ -280,10 +280,10 @@ def test_a_window_on_an_unknown_column_stops_tide_jobs_start_with_one_line(stack
 
 
 def test_postgresqls_catalogue_agrees_with_the_models_on_every_captured_table(stack):
-    """The jobs type every view from PostgreSQL's catalogue (spark_jobs/catalogue.py), the unit tests from
+    """The jobs type every view from PostgreSQL's catalogue (spark_jobs/model/catalogue.py), the unit tests from
     migrations/models.py (tests/demo_catalogue.py): both must describe the captured tables' modelled columns
     alike (kinds, scales, enum labels) and their primary keys."""
-    migrations.upgrade(stack)
+    migrate.upgrade(stack)
     pipeline = load(stack.pipeline_file)
     with psycopg.connect(postgres.conninfo(stack)) as conn:
         catalogue = source_catalogue.read(conn, pipeline.source.schema_name)

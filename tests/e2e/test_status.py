@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.api.app import create_app
 from services.settings import StackSettings
 from services.stack import postgres, runner
-from spark_jobs.settings import SINKS
+from spark_jobs.model.settings import SINKS
 from tests import tide_cli
 from tests.e2e.support import E2E_FIELDS, TIDE, tide, tide_env
 from tests.waiting import wait_until

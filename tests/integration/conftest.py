@@ -16,7 +16,7 @@ def spark(stack: StackSettings) -> Iterator[Any]:
     """A local Spark session on one core (the sinks' and verify's own code paths), or the one running."""
     from pyspark.sql import SparkSession
 
-    from spark_jobs.session import build_session
+    from spark_jobs.runtime.session import build_session
 
     existing = SparkSession.getActiveSession()
     session = existing or build_session("tideline-test", jars.bundle_dir(stack, "spark"), master="local[1]")

@@ -19,8 +19,8 @@ from services.api.app import create_app
 from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.stack import elasticsearch as es_service
-from spark_jobs import config
-from spark_jobs.config import PipelineConfig, SearchView
+from spark_jobs.model import config
+from spark_jobs.model.config import PipelineConfig, SearchView
 from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 from spark_jobs.sinks.redis import RedisSink

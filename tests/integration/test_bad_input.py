@@ -24,16 +24,16 @@ import pytest
 import redis
 from psycopg.types.json import Jsonb
 
-import migrations
-from migrations import capture
-from services.connector import registration
+from services.capture import objects
+from services.capture.connector import registration
+from services.db import migrate
 from services.settings import StackSettings
 from services.stack import elasticsearch, postgres
 from services.verify import Divergence, verify
-from spark_jobs import catalogue
 from spark_jobs.changes.envelope import row_id
 from spark_jobs.changes.stream import decode_stream
-from spark_jobs.config import CacheView, PipelineConfig, SearchView, TableConfig, WarehouseView, load
+from spark_jobs.model import catalogue
+from spark_jobs.model.config import CacheView, PipelineConfig, SearchView, TableConfig, WarehouseView, load
 from spark_jobs.sinks.delta.warehouse import WarehouseSink
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 from spark_jobs.sinks.redis import RedisSink
@@ -88,7 +88,7 @@ INFINITE = {"times-infinite": {"at_tz": "infinity", "at_local": "-infinity", "bo
 @pytest.fixture(scope="module")
 def captured(stack: StackSettings, spark) -> Iterator[tuple[PipelineConfig, dict[str, dict[str, Any]]]]:
     """The scratch table captured by the module's own connector; each key's record decoded (CHANGE rows)."""
-    migrations.upgrade(stack)
+    migrate.upgrade(stack)
     views = TableConfig(search=SearchView(index=f"odd{RUN}"), cache=CacheView(), warehouse=WarehouseView())
     base = unique_pipeline(load(stack.pipeline_file), "odd")
     source = base.source.model_copy(update={"publication": f"test_odd_{RUN}"})
@@ -112,7 +112,7 @@ def captured(stack: StackSettings, spark) -> Iterator[tuple[PipelineConfig, dict
     finally:
         registration.delete(stack, pipeline, drop_slot=True)
         with _owner(stack) as conn:
-            capture.drop_publication(conn, pipeline)
+            objects.drop_publication(conn, pipeline)
             conn.execute(f"DROP TABLE IF EXISTS {ODD}")
             conn.execute(f"DROP TYPE IF EXISTS {MOOD}")
 

@@ -20,9 +20,9 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-import migrations
-from services.connector import registration
-from services.connector.connect_api import ConnectApi, ConnectError
+from services.capture.connector import registration
+from services.capture.connector.connect_api import ConnectApi, ConnectError
+from services.db import migrate
 from services.settings import StackSettings
 from services.stack import kafka, postgres, process, runner
 from services.stack.service import StackError
@@ -30,7 +30,7 @@ from services.verify import readers
 from services.verify.canonical import Canonicaliser
 from spark_jobs.changes import Change
 from spark_jobs.changes.envelope import UNAVAILABLE
-from spark_jobs.config import PipelineConfig, load
+from spark_jobs.model.config import PipelineConfig, load
 from tests.capture_support import Record, as_values, changes, fold, key_of, read_topic, unique_pipeline
 from tests.waiting import wait_until
 
@@ -124,7 +124,7 @@ class Capture:
 
 @pytest.fixture(scope="module")
 def capture(stack: StackSettings):
-    migrations.upgrade(stack)
+    migrate.upgrade(stack)
     pipeline = unique_pipeline(load(stack.pipeline_file), "cap")
     marker = f"m{uuid.uuid4().hex[:8]}"
     history = History()
@@ -425,7 +425,7 @@ def _customers_only(stack: StackSettings, **views) -> PipelineConfig:
 
 
 def test_excluded_columns_never_reach_kafka_and_verify_leaves_them_out(stack):
-    migrations.upgrade(stack)
+    migrate.upgrade(stack)
     pipeline = _customers_only(stack, exclude_columns=["email", "country"])
     marker = f"pii{uuid.uuid4().hex[:8]}"
     registration.apply(stack, pipeline)
@@ -545,7 +545,7 @@ def test_a_transaction_begun_before_the_slot_was_consistent_outranks_the_snapsho
     snapshot; if it is the first one streamed, Debezium sends it with no previous commit in its
     source.sequence. Its change must still rank above the row's snapshot record, or every sink keeps
     the snapshot's older value (found by the chaos smoke run: one row stale in every view)."""
-    migrations.upgrade(stack)
+    migrate.upgrade(stack)
     marker = f"first{uuid.uuid4().hex[:8]}"
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
         key = conn.execute(

@@ -12,7 +12,7 @@ import uuid
 import psycopg
 import pytest
 
-import migrations
+from services.db import migrate
 from services.demo import load, workload
 from services.settings import StackSettings
 from services.stack import postgres
@@ -31,7 +31,7 @@ def new_demo_db(stack: StackSettings):
             admin.execute(f'CREATE DATABASE "{name}"')
         made.append(name)
         settings = stack.model_copy(update={"postgres_db": name})
-        migrations.upgrade(settings, "0001")
+        migrate.upgrade(settings, "0001")
         return settings
 
     yield make

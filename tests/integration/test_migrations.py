@@ -15,13 +15,13 @@ from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 from typer.testing import CliRunner
 
-import migrations
-from migrations import capture
 from migrations.models import Base
+from services.capture import objects
 from services.cli import app
+from services.db import migrate
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
-from spark_jobs.config import PipelineConfig, load
+from spark_jobs.model.config import PipelineConfig, load
 from tests.conftest import stack_ports
 
 DEMO_TABLES = {"customers", "products", "orders", "order_items"}
@@ -49,7 +49,7 @@ def pg(tmp_path_factory) -> StackSettings:
 @pytest.fixture
 def db(pg: StackSettings) -> psycopg.Connection:
     """The database at head, with an owner connection (autocommit: each check sees committed state)."""
-    migrations.upgrade(pg)
+    migrate.upgrade(pg)
     with psycopg.connect(postgres.conninfo(pg), autocommit=True) as conn:
         yield conn
 
@@ -115,7 +115,7 @@ def test_head_creates_the_demo_schema(db: psycopg.Connection):
 
 
 def test_models_match_the_migrations(db: psycopg.Connection, pg: StackSettings):
-    with migrations.engine(pg).connect() as connection:
+    with migrate.engine(pg).connect() as connection:
         diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     assert diff == []
 
@@ -170,14 +170,14 @@ def test_cdc_role_can_decode_the_publication_from_a_slot(db: psycopg.Connection,
 
 def test_migrate_at_head_applies_a_changed_cdc_password(db: psycopg.Connection, pg: StackSettings):
     changed = pg.model_copy(update={"cdc_password": SecretStr("rotated-cdc-secret")})  # as a changed .env would
-    migrations.upgrade(changed)
+    migrate.upgrade(changed)
     try:
         with psycopg.connect(_cdc_conninfo(changed)) as cdc:
             assert cdc.execute("SELECT current_user").fetchone()[0] == pg.cdc_user
         with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
             psycopg.connect(_cdc_conninfo(pg))
     finally:
-        migrations.upgrade(pg)
+        migrate.upgrade(pg)
 
 
 def test_sync_publication_follows_a_smaller_config(db: psycopg.Connection, pg: StackSettings):
@@ -187,7 +187,7 @@ def test_sync_publication_follows_a_smaller_config(db: psycopg.Connection, pg: S
     )
     try:
         with psycopg.connect(postgres.conninfo(pg)) as conn:  # commits on leaving the block
-            capture.sync_publication(conn, smaller)
+            objects.sync_publication(conn, smaller)
         assert _published(db, full.source.publication) == {
             "public.customers",
             "public.debezium_signal",
@@ -195,27 +195,27 @@ def test_sync_publication_follows_a_smaller_config(db: psycopg.Connection, pg: S
         }
     finally:
         with psycopg.connect(postgres.conninfo(pg)) as conn:
-            capture.sync_publication(conn, full)
+            objects.sync_publication(conn, full)
     assert len(_published(db, full.source.publication)) == len(full.tables) + 2
 
 
 def test_downgrade_to_base_removes_everything_and_upgrade_again_works(db: psycopg.Connection, pg: StackSettings):
-    migrations.downgrade(pg, "base")
-    assert migrations.current(pg) == "base"
+    migrate.downgrade(pg, "base")
+    assert migrate.current(pg) == "base"
     assert _tables(db) == set()
     assert db.execute("SELECT 1 FROM pg_type WHERE typname = 'order_status'").fetchone() is None
     assert db.execute("SELECT 1 FROM pg_publication").fetchone() is None
     assert db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (pg.cdc_user,)).fetchone() is None
 
-    migrations.upgrade(pg)
-    assert migrations.current(pg) == migrations.head() == "0004"
+    migrate.upgrade(pg)
+    assert migrate.current(pg) == migrate.head() == "0004"
     assert _tables(db) == DEMO_TABLES | SUPPORT_TABLES | CHAOS_TABLES
     with psycopg.connect(_cdc_conninfo(pg)) as cdc:
         assert cdc.execute("SELECT count(*) FROM orders").fetchone()[0] == 0
 
 
 def test_downgrade_to_0001_keeps_the_demo_tables(db: psycopg.Connection, pg: StackSettings):
-    migrations.downgrade(pg, "0001")
+    migrate.downgrade(pg, "0001")
     assert _tables(db) == DEMO_TABLES
     assert db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (pg.cdc_user,)).fetchone() is None
 
@@ -265,13 +265,13 @@ def test_downgrade_keeps_a_cdc_role_still_used_elsewhere(db: psycopg.Connection,
     db.execute("CREATE SCHEMA elsewhere")
     db.execute(f'GRANT USAGE ON SCHEMA elsewhere TO "{pg.cdc_user}"')
     try:
-        migrations.downgrade(pg, "0001")
+        migrate.downgrade(pg, "0001")
         assert db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (pg.cdc_user,)).fetchone() is not None
         assert db.execute("SELECT 1 FROM pg_publication").fetchone() is None
         assert _tables(db) == DEMO_TABLES
     finally:
         db.execute("DROP SCHEMA elsewhere")
-        migrations.upgrade(pg)
+        migrate.upgrade(pg)
 
 
 def _replica_identity(conn: psycopg.Connection, table: str) -> str:
@@ -286,9 +286,9 @@ def test_replica_identity_follows_pipeline_yaml(db: psycopg.Connection, pg: Stac
                                                    "tables": tables})
     try:
         with psycopg.connect(postgres.conninfo(pg)) as conn:
-            capture.sync_replica_identity(conn, full_products)
+            objects.sync_replica_identity(conn, full_products)
         assert _replica_identity(db, "products") == "f" and _replica_identity(db, "customers") == "d"
     finally:
         with psycopg.connect(postgres.conninfo(pg)) as conn:
-            capture.sync_replica_identity(conn, default)
+            objects.sync_replica_identity(conn, default)
     assert _replica_identity(db, "products") == "d"

@@ -11,8 +11,8 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from services.settings import StackSettings
-from spark_jobs import config
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model import config
+from spark_jobs.model.config import PipelineConfig
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES
 from spark_jobs.sinks.elasticsearch._nested import REFS

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from services.connector import registration
+from services.capture.connector import registration
 from services.settings import StackSettings
 from services.stack import jars, process, runner
-from spark_jobs.session import build_session
+from spark_jobs.runtime.session import build_session
 from tests.listening import descendants, listening, not_loopback
 
 pytestmark = pytest.mark.stack

@@ -92,7 +92,7 @@ def test_elasticsearch_answers_with_the_pinned_version_and_the_client_indexes_an
 
 
 def test_pyspark_reads_a_kafka_topic_and_writes_a_delta_table(stack: StackSettings, tmp_path):
-    from spark_jobs.session import build_session
+    from spark_jobs.runtime.session import build_session
 
     topic = _topic("spark")
     producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap)

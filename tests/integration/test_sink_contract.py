@@ -19,15 +19,15 @@ import redis
 from elasticsearch import Elasticsearch
 
 from services.settings import StackSettings
-from spark_jobs import config
 from spark_jobs.changes import envelope
-from spark_jobs.config import PipelineConfig, SearchView
+from spark_jobs.model import config
+from spark_jobs.model.config import PipelineConfig, SearchView
+from spark_jobs.model.sink_registry import REGISTRY, SINKS
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR, Sink
 from spark_jobs.sinks.delta import WarehouseSink
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES, WATERMARKS
 from spark_jobs.sinks.redis import RedisSink
-from spark_jobs.sinks.registry import REGISTRY, SINKS
 from tests import stale_fill
 from tests.demo_catalogue import demo_catalogue
 from tests.sink_batches import apply

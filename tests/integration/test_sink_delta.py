@@ -16,11 +16,11 @@ import pytest
 
 from services.settings import StackSettings
 from services.stack import jars
-from spark_jobs.catalogue import Catalogue, Column, TableSchema
+from spark_jobs.changes.newest import newest_per_row
 from spark_jobs.changes.stream import decode_stream
-from spark_jobs.config import PipelineConfig, TableConfig, WarehouseView, WindowSpec, WindowView
-from spark_jobs.event_windows import aggregate
-from spark_jobs.newest import newest_per_row
+from spark_jobs.model.catalogue import Catalogue, Column, TableSchema
+from spark_jobs.model.config import PipelineConfig, TableConfig, WarehouseView, WindowSpec, WindowView
+from spark_jobs.model.event_windows import aggregate
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR, Batch
 from spark_jobs.sinks.delta import AnalyticsSink, WarehouseSink
 from tests.demo_catalogue import demo_catalogue
@@ -39,12 +39,12 @@ KINDS = TableSchema({name: Column(name, kind, precision, scale) for name, kind, 
     ("status", "ORDER_STATUS", None, None), ("huge", "NUMERIC", None, None), ("amounts", "_NUMERIC", 10, 2),
     ("doc", "JSONB", None, None), ("code", "BPCHAR", 2, None),
 )}, ("id",))
-CATALOGUE: Catalogue = {**demo_catalogue(), "kinds": KINDS}
+MEMBERS: Catalogue = {**demo_catalogue(), "kinds": KINDS}
 
 
 @pytest.fixture(scope="module")
 def spark(stack_settings: StackSettings):
-    from spark_jobs.session import build_session
+    from spark_jobs.runtime.session import build_session
 
     session = build_session("tideline-test-delta", jars.ensure(stack_settings, "spark"), master="local[2]")
     yield session
@@ -54,17 +54,17 @@ def spark(stack_settings: StackSettings):
 @pytest.fixture
 def sink(tmp_path_factory: pytest.TempPathFactory, spark) -> WarehouseSink:
     sink = WarehouseSink(str(tmp_path_factory.mktemp("warehouse")), PIPELINE)
-    sink.setup(spark, CATALOGUE)
+    sink.setup(spark, MEMBERS)
     return sink
 
 
-def batch(spark, changes: list[dict], batch_id: int = 0, catalogue: Catalogue = CATALOGUE) -> Batch:
+def batch(spark, changes: list[dict], batch_id: int = 0, catalogue: Catalogue = MEMBERS) -> Batch:
     """A micro-batch as the pipeline hands it to a sink: every change, and the newest per row."""
     every = frame(spark, changes)
     return Batch(batch_id, spark, newest_per_row(every), every, catalogue)
 
 
-def write(spark, sink, changes: list[dict], batch_id: int = 0, catalogue: Catalogue = CATALOGUE) -> list[dict]:
+def write(spark, sink, changes: list[dict], batch_id: int = 0, catalogue: Catalogue = MEMBERS) -> list[dict]:
     """Run the sink's write and its returned rejects (the pipeline's dead-letter action)."""
     rejected = sink.write(batch(spark, changes, batch_id, catalogue))
     return [] if rejected is None else [row.asDict(recursive=True) for row in rejected.collect()]
@@ -119,7 +119,7 @@ def test_real_records_insert_update_delete_truncate_with_exact_types(spark, sink
         decoded = decode_stream(
             spark.createDataFrame(kafka, "topic string, partition int, offset long, key binary, value binary"),
             WAREHOUSE_TABLES)
-        return Batch(0, spark, newest_per_row(decoded), decoded, CATALOGUE)
+        return Batch(0, spark, newest_per_row(decoded), decoded, MEMBERS)
 
     def applied(written: Batch) -> list:
         rejected = sink.write(written)
@@ -202,8 +202,8 @@ def test_a_replayed_batch_commits_nothing_to_any_table(spark, sink):
 
 def test_a_column_added_at_the_source_appears_without_a_restart_and_older_rows_read_null(spark, sink):
     write(spark, sink, [product((1, 1), key=1)], 0)
-    products = CATALOGUE["products"]
-    altered = {**CATALOGUE,
+    products = MEMBERS["products"]
+    altered = {**MEMBERS,
                "products": TableSchema({**products.columns, "color": Column("color", "TEXT")}, products.primary_key)}
     write(spark, sink, [product((2, 1), key=2, color="blue")], 1, altered)
     found = rows(spark, sink, "products")
@@ -212,10 +212,10 @@ def test_a_column_added_at_the_source_appears_without_a_restart_and_older_rows_r
 
 def test_incompatible_type_change_is_rejected_and_the_rest_applies_while_widening_applies(spark, sink):
     write(spark, sink, [item((1, 1), 1, 1), item((1, 2), 1, 2)], 0)
-    items = CATALOGUE["order_items"]
+    items = MEMBERS["order_items"]
 
     def retyped(kind: str) -> Catalogue:
-        return {**CATALOGUE, "order_items": TableSchema({**items.columns, "quantity": Column("quantity", kind)},
+        return {**MEMBERS, "order_items": TableSchema({**items.columns, "quantity": Column("quantity", kind)},
                                                         items.primary_key)}
 
     assert write(spark, sink, [item((2, 2), 1, 2, quantity=str(2**40))], 1, retyped("INT8")) == []
@@ -236,7 +236,7 @@ def test_incompatible_type_change_is_rejected_and_the_rest_applies_while_widenin
 def test_batches_of_other_rows_compile_no_code(spark, sink):
     """A Delta batch plans some forty Spark jobs. Compiled, their generated classes would be compiled
     again for every batch of other keys (the MERGE's key range is a literal in the generated code) and
-    for every batch after a start; the jobs run their plans interpreted instead (spark_jobs/session.py),
+    for every batch after a start; the jobs run their plans interpreted instead (spark_jobs/runtime/session.py),
     so once the tables exist nothing is compiled, whatever the keys (docs/apply.md, "Generated code, or
     none")."""
     compilations = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
@@ -261,7 +261,7 @@ def test_a_table_whose_create_was_killed_before_its_first_commit_is_created_on_t
     sink = WarehouseSink(str(tmp_path), PIPELINE)
     # What a kill -9 of the driver during the table's create left behind (found by the chaos runner).
     (Path(sink.path("products")) / "_delta_log" / "_staged_commits").mkdir(parents=True)
-    sink.setup(spark, CATALOGUE)
+    sink.setup(spark, MEMBERS)
     write(spark, sink, [product((1, 1), price="1.50")], 0)
     assert rows(spark, sink, "products")[1]["price"] == Decimal("1.50")
 
@@ -285,7 +285,7 @@ DERIVED = PipelineConfig(
 @pytest.fixture
 def derived(tmp_path_factory: pytest.TempPathFactory, spark) -> AnalyticsSink:
     sink = AnalyticsSink(str(tmp_path_factory.mktemp("derived")), DERIVED)
-    sink.setup(spark, CATALOGUE)
+    sink.setup(spark, MEMBERS)
     return sink
 
 

@@ -14,9 +14,9 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from services.settings import StackSettings
-from spark_jobs import config
-from spark_jobs.catalogue import Column
-from spark_jobs.config import PipelineConfig, SearchView
+from spark_jobs.model import config
+from spark_jobs.model.catalogue import Column
+from spark_jobs.model.config import PipelineConfig, SearchView
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES, WATERMARKS

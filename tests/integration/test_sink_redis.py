@@ -14,9 +14,9 @@ import pytest
 import redis
 
 from services.settings import StackSettings
-from spark_jobs import config
-from spark_jobs.catalogue import Column
-from spark_jobs.config import CacheView, PipelineConfig, SearchView, TableConfig
+from spark_jobs.model import config
+from spark_jobs.model.catalogue import Column
+from spark_jobs.model.config import CacheView, PipelineConfig, SearchView, TableConfig
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.redis import ENCODING, CacheMismatchError, RedisSink, decode_row, read_types
 from spark_jobs.sinks.redis._commands import commands

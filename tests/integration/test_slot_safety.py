@@ -16,16 +16,16 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-import migrations
+from services.capture.connector import registration
+from services.capture.connector.connect_api import ConnectApi
 from services.cli import app
-from services.connector import registration
-from services.connector.connect_api import ConnectApi
+from services.db import migrate
 from services.settings import StackSettings
 from services.stack import kafka, postgres
 from services.stack.service import StackError
 from services.status.collect import collect
 from services.status.figures import to_json
-from spark_jobs.config import PipelineConfig, load
+from spark_jobs.model.config import PipelineConfig, load
 from tests.capture_support import changes, unique_pipeline
 from tests.tide_cli import pipeline_env
 from tests.waiting import wait_until
@@ -39,7 +39,7 @@ LOWERED_KEEP = "32MB"  # two segments: a slot four segments behind is past it, o
 @pytest.fixture(scope="module")
 def pipeline(stack: StackSettings) -> Iterator[PipelineConfig]:
     """A connector and slot of the module's own."""
-    migrations.upgrade(stack)
+    migrate.upgrade(stack)
     config = unique_pipeline(load(stack.pipeline_file), "slot")
     registration.apply(stack, config)
     yield config

@@ -27,15 +27,15 @@ import yaml
 from kafka import TopicPartition
 from typer.testing import CliRunner
 
-import migrations
-from migrations import capture
+from services.capture import objects
+from services.capture.connector import registration, snapshot, snapshot_watch, topics
 from services.cli import app
-from services.connector import registration, snapshot, snapshot_watch, topics
+from services.db import migrate
 from services.settings import StackSettings
 from services.stack import postgres
 from services.stack.service import StackError
 from spark_jobs.changes import Change, decode, decode_key
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.config import PipelineConfig
 from tests.conftest import TEST_STACK
 from tests.waiting import wait_until
 
@@ -55,8 +55,8 @@ Row = tuple[str, str, str]  # sku, name, price as text: what the topic must matc
 def pipeline(stack: StackSettings) -> Iterator[PipelineConfig]:
     """pipeline.yaml with this module's own connector, slot and topic prefix, registered and past its
     initial snapshot."""
-    migrations.upgrade(stack)
-    base = capture.load_pipeline(stack)
+    migrate.upgrade(stack)
+    base = objects.load_pipeline(stack)
     source = base.source.model_copy(
         update={"connector": f"test-snap-{RUN}", "slot": f"test_snap_{RUN}", "topic_prefix": f"testsnap_{RUN}"}
     )

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from services.stack import process, runner
-from services.stack.catalogue import CATALOGUE
+from services.stack.members import MEMBERS
 from services.up import lifecycle
 from services.up.cli import INTERRUPTED_EXIT
 from tests.conftest import UP_FIELDS
@@ -25,11 +25,11 @@ pytestmark = pytest.mark.stack
 def test_ctrl_c_during_up_stops_what_it_started_and_leaves_what_ran_before(fresh_stack):
     settings = fresh_stack
     runner.up(settings, ["redis"])
-    redis_before = process.running(runner.pid_file(settings, CATALOGUE["redis"]))
+    redis_before = process.running(runner.pid_file(settings, MEMBERS["redis"]))
     up = subprocess.Popen([*TIDE, "up"], env=tide_env(settings, UP_FIELDS),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        postgres = wait_until(lambda: process.running(runner.pid_file(settings, CATALOGUE["postgres"])), 120,
+        postgres = wait_until(lambda: process.running(runner.pid_file(settings, MEMBERS["postgres"])), 120,
                               "tide up to start PostgreSQL")
         up.send_signal(signal.SIGINT)
         out, err = up.communicate(timeout=180)
@@ -41,4 +41,4 @@ def test_ctrl_c_during_up_stops_what_it_started_and_leaves_what_ran_before(fresh
     assert "postgres" in message[0] and "redis" not in message[0]
     assert not process.is_running(postgres)
     assert lifecycle.running(settings, lifecycle.PROCESSES) == {"redis"}
-    assert process.running(runner.pid_file(settings, CATALOGUE["redis"])) == redis_before
+    assert process.running(runner.pid_file(settings, MEMBERS["redis"])) == redis_before

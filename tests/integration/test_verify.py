@@ -38,9 +38,9 @@ from services.cli import app
 from services.settings import StackSettings
 from services.stack import elasticsearch, postgres
 from services.verify import Divergence, verify
-from spark_jobs import catalogue as source_catalogue
-from spark_jobs.catalogue import Catalogue
-from spark_jobs.config import CacheView, PipelineConfig, SearchView, TableConfig, WarehouseView, load
+from spark_jobs.model import catalogue as source_catalogue
+from spark_jobs.model.catalogue import Catalogue
+from spark_jobs.model.config import CacheView, PipelineConfig, SearchView, TableConfig, WarehouseView, load
 from spark_jobs.sinks.base import Sink
 from spark_jobs.sinks.delta import WarehouseSink
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink

@@ -16,7 +16,7 @@ import pytest
 def spark() -> Iterator[Any]:
     from services.settings import StackSettings
     from services.stack import jars
-    from spark_jobs.session import build_session
+    from spark_jobs.runtime.session import build_session
     from tests.conftest import TEST_STACK
 
     session = build_session("tideline-unit", jars.bundle_dir(StackSettings(**TEST_STACK), "spark"),

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from services.verify.aggregates import figures_text, oracle_query
-from spark_jobs import config
-from spark_jobs.config import PipelineConfigError
+from spark_jobs.model import config
+from spark_jobs.model.config import PipelineConfigError
 from spark_jobs.sinks.redis._scripts import aggregate_spec, row_scripts
 from tests.demo_catalogue import demo_catalogue
 

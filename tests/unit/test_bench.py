@@ -17,7 +17,7 @@ from services.bench.cli import parse_rates, parse_settings
 from services.bench.core import running_sinks
 from services.demo.load import LoadReport, Pacer, processes_for, workers_for
 from services.versions import PROJECT_ROOT
-from spark_jobs.settings import SINKS
+from spark_jobs.model.settings import SINKS
 
 # ---- percentiles ----
 
@@ -353,7 +353,7 @@ def test_connector_settings_parse_or_fail_with_a_fix():
 
 def test_knobs_record_the_capture_settings_with_the_runs_overrides():
     from services.settings import StackSettings
-    from spark_jobs.config import load
+    from spark_jobs.model.config import load
 
     settings = StackSettings()
     knobs = runs.knobs(settings, load(settings.pipeline_file), {"max.batch.size": "8192", "tasks.max": "1"})

@@ -1,12 +1,12 @@
 import pytest
 
 from services.stack import runner
-from services.stack.catalogue import CATALOGUE
+from services.stack.members import MEMBERS
 from services.stack.service import StackError
 
 
 def test_selecting_a_service_brings_what_it_starts_after():
-    for service in CATALOGUE.values():
+    for service in MEMBERS.values():
         selected = {s.name for s in runner.select([service.name])}
         assert set(service.after) <= selected
 
@@ -20,7 +20,7 @@ def test_every_port_field_names_a_setting():
     from services.settings import StackSettings
 
     settings = StackSettings()
-    for service in CATALOGUE.values():
+    for service in MEMBERS.values():
         for field in service.port_fields:
             assert isinstance(getattr(settings, field), int)
 

@@ -16,7 +16,7 @@ from services.chaos.ledger import LedgerState, ledger_table
 from services.chaos.profiles import FAULTS, PROFILES, Profile, schedule
 from services.chaos.run import Report, chaos_pipeline
 from services.console import terminated_as_exit
-from spark_jobs.config import load
+from spark_jobs.model.config import load
 
 RECORDS = {r["name"]: r for r in json.loads((Path(__file__).parent / "fixtures" / "debezium_records.json").read_text())}
 

@@ -1,10 +1,10 @@
-"""How a query continues without a removed table's topic (spark_jobs/checkpoints.py), and which queries a
-re-read pipeline.yaml restarts (spark_jobs/reload.py). Pure: folders written as Spark writes them."""
+"""How a query continues without a removed table's topic (spark_jobs/runtime/checkpoints.py), and which queries a
+re-read pipeline.yaml restarts (spark_jobs/runtime/reload.py). Pure: folders written as Spark writes them."""
 
 import json
 
-from spark_jobs import checkpoints, reload
-from spark_jobs.config import load
+from spark_jobs.model.config import load
+from spark_jobs.runtime import checkpoints, reload
 
 
 def write_batch(checkpoint, batch: int, offsets: dict, committed: bool = True) -> None:
@@ -127,7 +127,7 @@ def test_files_written_by_many_threads_at_once_end_whole_and_leave_no_temporary_
     `tide tables remove`: one renamed the other's temporary file away)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from spark_jobs.files import replace_text
+    from spark_jobs.model.files import replace_text
 
     target = tmp_path / "checkpoints" / "catalogue.json"
     texts = [json.dumps({"writer": n, "padding": "x" * 20_000}) for n in range(8)]

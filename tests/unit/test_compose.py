@@ -15,13 +15,13 @@ from pathlib import Path
 
 import yaml
 
-from services.connector import registration
+from services.capture.connector import registration
 from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import runner
 from services.up import lifecycle
 from services.versions import PIN_FILE, PROJECT_ROOT, pinned
-from spark_jobs.settings import JobSettings
+from spark_jobs.model.settings import JobSettings
 
 COMPOSE_FILE = PROJECT_ROOT / "docker-compose.yml"
 ENV_EXAMPLE = PROJECT_ROOT / ".env.example"

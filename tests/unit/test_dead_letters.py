@@ -2,7 +2,7 @@
 
 import json
 
-from spark_jobs.dead_letters import MAX_VALUE_BYTES, DeadLetter
+from spark_jobs.changes.dead_letters import MAX_VALUE_BYTES, DeadLetter
 
 
 def _letter(value: bytes | None) -> dict:

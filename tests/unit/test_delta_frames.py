@@ -19,9 +19,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.catalogue import Column, TableSchema
-from spark_jobs.config import WindowSpec
-from spark_jobs.event_windows import window_starts
+from spark_jobs.model.catalogue import Column, TableSchema
+from spark_jobs.model.config import WindowSpec
+from spark_jobs.model.event_windows import window_starts
 from spark_jobs.sinks.delta._history import as_versions, moved_images
 from spark_jobs.sinks.delta._plan import plan_table
 from spark_jobs.sinks.delta._source import image, key_of_row_id, merge_source, rejected, with_images

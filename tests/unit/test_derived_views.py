@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from services.verify.derived import check_history_row, compare_figures
 from services.verify.reconcile import Tally
-from spark_jobs.config import PipelineConfigError, WindowSpec, load
-from spark_jobs.event_windows import EPOCH, aggregate, window_starts
-from spark_jobs.scd2 import intervals
+from spark_jobs.model.config import PipelineConfigError, WindowSpec, load
+from spark_jobs.model.event_windows import EPOCH, aggregate, window_starts
+from spark_jobs.model.scd2 import intervals
 from tests.demo_catalogue import demo_catalogue
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

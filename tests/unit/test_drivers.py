@@ -6,8 +6,8 @@ import json
 
 from services.jobs import driver
 from services.settings import StackSettings
-from spark_jobs import drivers
-from spark_jobs.settings import JobSettings
+from spark_jobs.model.settings import JobSettings
+from spark_jobs.runtime import drivers
 
 ARGV = ["python", "-m", "spark_jobs"]
 
@@ -80,7 +80,7 @@ def test_the_probe_waits_for_a_report_of_every_query_the_pipeline_gives_tables(t
 def test_an_empty_nice_value_means_one_driver_and_a_bad_one_is_one_line_naming_the_variable(monkeypatch):
     import pytest
 
-    from spark_jobs.settings import JobSettingsError, read_settings
+    from spark_jobs.model.settings import JobSettingsError, read_settings
 
     monkeypatch.setenv("TIDE_JOB_DELTA_DRIVER_NICE", "")
     assert read_settings().delta_driver_nice is None

@@ -11,7 +11,7 @@ import pytest
 
 import services
 import spark_jobs
-from spark_jobs.errors import ChangeError, ConfigurationError, StoreError, StoreStateError, TidelineError
+from spark_jobs.model.errors import ChangeError, ConfigurationError, StoreError, StoreStateError, TidelineError
 
 # Caught where they are raised, never shown to a user (docs/errors.md, "Not under the root").
 CONTROL_FLOW = {"services.stack.service.Unhealthy", "services.up.lifecycle.Interrupted",
@@ -38,9 +38,9 @@ def test_every_exception_the_project_defines_derives_from_the_root_unless_it_is_
 
 
 @pytest.mark.parametrize(("name", "kind"), [
-    ("spark_jobs.config.PipelineConfigError", ConfigurationError),
-    ("spark_jobs.sinks.registry.UnknownSinkError", ConfigurationError),
-    ("spark_jobs.settings.JobSettingsError", ConfigurationError),
+    ("spark_jobs.model.config.PipelineConfigError", ConfigurationError),
+    ("spark_jobs.model.sink_registry.UnknownSinkError", ConfigurationError),
+    ("spark_jobs.model.settings.JobSettingsError", ConfigurationError),
     ("services.settings.SettingsError", ConfigurationError),
     ("spark_jobs.sinks.elasticsearch._store.ElasticsearchSinkError", StoreError),
     ("spark_jobs.sinks.redis.CacheMismatchError", StoreStateError),

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from spark_jobs.expressions import MAX_KEPT, frozen, reused
+from spark_jobs.runtime.expressions import MAX_KEPT, frozen, reused
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.source import introspect
+from services.capture.source import introspect
 from services.stack.service import StackError
 from services.tables import ops, pipeline_file
-from spark_jobs.catalogue import Column, TableSchema
-from spark_jobs.config import DEFAULT_PATH, PipelineConfigError, TableConfig, load
+from spark_jobs.model.catalogue import Column, TableSchema
+from spark_jobs.model.config import DEFAULT_PATH, PipelineConfigError, TableConfig, load
 
 
 def found(table: str, key: tuple[str, ...] = ("id",), identity: str = "d", **columns: str) -> introspect.Found:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.settings import JobSettings, JobSettingsError, read_settings
+from spark_jobs.model.settings import JobSettings, JobSettingsError, read_settings
 
 
 def test_the_delta_queries_take_larger_batches_and_their_own_intervals_by_default(monkeypatch):

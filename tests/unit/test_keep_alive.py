@@ -9,8 +9,16 @@ import sys
 
 import pytest
 
-from spark_jobs.backoff import Backoff
-from spark_jobs.keep_alive import CONFIG_REFUSED, JVM_DIED, Child, restarts_after, run, run_all, run_until_the_jvm_ends
+from spark_jobs.runtime.backoff import Backoff
+from spark_jobs.runtime.keep_alive import (
+    CONFIG_REFUSED,
+    JVM_DIED,
+    Child,
+    restarts_after,
+    run,
+    run_all,
+    run_until_the_jvm_ends,
+)
 from tests.waiting import wait_until
 
 
@@ -52,7 +60,7 @@ def test_a_refused_configuration_ends_the_loop_with_its_status(tmp_path):
 
 def _keep_alive(driver: str) -> subprocess.Popen:
     """A keep-alive process of its own running `driver` (Python source) as its driver."""
-    parent = (f"import sys; sys.path.insert(0, {os.getcwd()!r}); from spark_jobs.keep_alive import run; "
+    parent = (f"import sys; sys.path.insert(0, {os.getcwd()!r}); from spark_jobs.runtime.keep_alive import run; "
               f"sys.exit(run([sys.executable, '-c', {driver!r}]))")
     return subprocess.Popen([sys.executable, "-c", parent])
 
@@ -92,7 +100,7 @@ def test_a_driver_whose_jvm_is_killed_exits_even_with_its_main_thread_stuck(tmp_
     driver = (
         f"import sys, threading; sys.path.insert(0, {os.getcwd()!r})\n"
         "from pyspark.sql import SparkSession\n"
-        "from spark_jobs.keep_alive import exit_with_the_jvm, launched_jvm\n"
+        "from spark_jobs.runtime.keep_alive import exit_with_the_jvm, launched_jvm\n"
         "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
         "exit_with_the_jvm(launched_jvm(spark))\n"
         f"open({str(jvm_pid)!r}, 'w').write(str(spark.sparkContext._gateway.proc.pid))\n"
@@ -112,7 +120,7 @@ def test_a_driver_whose_jvm_is_killed_exits_even_with_its_main_thread_stuck(tmp_
 _DRIVER_WITH_A_HELD_LOG_LOCK = """
 import logging, subprocess, sys, threading
 sys.path.insert(0, {root!r})
-from spark_jobs import keep_alive
+from spark_jobs.runtime import keep_alive
 logging.basicConfig()
 jvm = subprocess.Popen([sys.executable, "-c", "pass"])
 held = threading.Event()

@@ -1,7 +1,7 @@
 import json
 
 from services.jobs.lag import committed_offsets, records_behind
-from spark_jobs.checkpoints import furthest, query_id
+from spark_jobs.runtime.checkpoints import furthest, query_id
 
 
 def test_records_behind_counts_each_partition_short_of_its_end():

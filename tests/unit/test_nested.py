@@ -7,8 +7,8 @@ import copy
 import pytest
 import yaml
 
-from spark_jobs import config
-from spark_jobs.config import PipelineConfig, PipelineConfigError, nested_column_errors
+from spark_jobs.model import config
+from spark_jobs.model.config import PipelineConfig, PipelineConfigError, nested_column_errors
 from spark_jobs.sinks.elasticsearch._nested import REFS, build, mapping, sort_key, touches
 from tests.demo_catalogue import demo_catalogue
 from tests.unit.spark_frames import change, frame

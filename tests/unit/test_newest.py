@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from spark_jobs.newest import newest_per_row
+from spark_jobs.changes.newest import newest_per_row
 from tests.unit.spark_frames import change, frame
 
 

@@ -1,14 +1,14 @@
-"""Each preflight problem, as the line a user sees, from the facts that cause it (services/source/preflight.py).
+"""Each preflight problem, as the line a user sees, from the facts that cause it (services/capture/source/preflight.py).
 tests/integration/test_own_source.py shows the same lines from real clusters."""
 
 from dataclasses import replace
 
 import pytest
 
+from services.capture.source import preflight
+from services.capture.source.facts import Role, SourceFacts, Table
 from services.settings import StackSettings
-from services.source import preflight
-from services.source.facts import Role, SourceFacts, Table
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.config import PipelineConfig
 
 PIPELINE = PipelineConfig.model_validate({"source": {"schema": "app"}, "tables": {"accounts": {"cache": {}}}})
 SETTINGS = StackSettings(cdc_user="tideline_cdc", postgres_url="postgresql://owner@db/appdb")

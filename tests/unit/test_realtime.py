@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from spark_jobs import config
-from spark_jobs.catalogue import Column
+from spark_jobs.model import config
+from spark_jobs.model.catalogue import Column
+from spark_jobs.model.settings import JobSettings, JobSettingsError, read_settings
 from spark_jobs.realtime import SlotsError, local_master, needed_slots, outgrown, require_slots, task_slots_of
-from spark_jobs.settings import JobSettings, JobSettingsError, read_settings
 from spark_jobs.supervise import columns_changed
 from tests.demo_catalogue import demo_catalogue
 
@@ -93,7 +93,7 @@ def test_a_real_time_query_is_restarted_only_when_its_own_tables_columns_changed
 
 
 def test_a_real_time_query_starts_with_generated_code_and_leaves_the_shared_sessions_conf_as_it_was(spark):
-    from spark_jobs.session import GENERATED_CODE, starting_with
+    from spark_jobs.runtime.session import GENERATED_CODE, starting_with
 
     assert spark.conf.get("spark.sql.codegen.wholeStage") == "false", "the micro-batch queries run interpreted"
     spark.conf.unset("spark.sql.codegen.hugeMethodLimit")

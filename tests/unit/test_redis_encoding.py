@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from spark_jobs import config
+from spark_jobs.model import config
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.redis import (
     RedisSink,

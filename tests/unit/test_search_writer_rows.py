@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from spark_jobs import config
+from spark_jobs.model import config
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES, documents
 from tests.demo_catalogue import demo_catalogue

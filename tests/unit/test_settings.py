@@ -1,9 +1,9 @@
 import pytest
 from pydantic import ValidationError
 
-from services.connector.registration import render_config
+from services.capture.connector.registration import render_config
 from services.settings import SettingsError, StackSettings
-from spark_jobs.config import load
+from spark_jobs.model.config import load
 
 
 def test_two_services_on_one_port_is_rejected_naming_both():
@@ -82,7 +82,7 @@ def test_an_unusable_url_is_refused_naming_the_fix(url, message):
 
 
 def test_the_local_stack_runs_postgres_only_without_a_url():
-    from services.stack.catalogue import managed
+    from services.stack.members import managed
 
     assert "postgres" in managed(StackSettings())
     assert list(managed(StackSettings(postgres_url="postgresql://a@h/d"))) == ["redis", "kafka", "connect",
@@ -90,7 +90,7 @@ def test_the_local_stack_runs_postgres_only_without_a_url():
 
 
 def test_the_dba_script_makes_every_capture_object_and_never_holds_the_password():
-    from services.source import dba
+    from services.capture.source import dba
 
     pipeline = load().model_copy(update={"source": load().source.model_copy(update={"support_schema": "tideline"})})
     settings = StackSettings(cdc_password="never-printed")

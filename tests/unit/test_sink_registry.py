@@ -8,10 +8,10 @@ import importlib
 import pytest
 from pydantic import ValidationError
 
-from spark_jobs.config import TableConfig, load
-from spark_jobs.settings import JobSettings
+from spark_jobs.model.config import TableConfig, load
+from spark_jobs.model.settings import JobSettings
+from spark_jobs.model.sink_registry import REGISTRY, SINKS, Capability, UnknownSinkError, spec_of
 from spark_jobs.sinks.base import Sink, build_sink
-from spark_jobs.sinks.registry import REGISTRY, SINKS, Capability, UnknownSinkError, spec_of
 
 # The methods that back each capability: a sink overrides them exactly when it declares the capability.
 BACKED_BY = {

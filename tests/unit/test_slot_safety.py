@@ -2,7 +2,7 @@
 
 from dataclasses import replace
 
-from services.connector.slot_safety import RESNAPSHOT, slot_warnings
+from services.capture.connector.slot_safety import RESNAPSHOT, slot_warnings
 from services.settings import StackSettings
 from services.status import metrics
 from services.status.cli import problems_text

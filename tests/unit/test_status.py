@@ -17,7 +17,7 @@ from services.status.figures import (
     query_state,
     to_json,
 )
-from spark_jobs.control import read_paused, write_paused
+from spark_jobs.runtime.control import read_paused, write_paused
 
 NOW = 1_700_000_100_000
 

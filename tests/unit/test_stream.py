@@ -103,7 +103,7 @@ def test_times_without_a_zone_lose_the_utc_mark_debezium_gives_them_and_nothing_
     """isostring writes a date, a timestamp and a time as if they were UTC instants ("1901-12-13Z");
     with the catalogue the decoder keeps the text before the Z, in arrays too. A timestamptz keeps
     its Z (it is an instant), and so does text that merely ends in Z."""
-    from spark_jobs.catalogue import Column, TableSchema
+    from spark_jobs.model.catalogue import Column, TableSchema
 
     columns = {"id": Column("id", "INT8"), "born": Column("born", "DATE"), "at": Column("at", "TIMESTAMP"),
                "at_time": Column("at_time", "TIME"), "days": Column("days", "_DATE"),

@@ -2,7 +2,7 @@
 
 from services.settings import StackSettings
 from services.up.usage import EXAMPLE_INSERT, sections
-from spark_jobs.config import load
+from spark_jobs.model.config import load
 
 
 def _commands(settings: StackSettings, env_file) -> list[str]:
@@ -37,7 +37,7 @@ def test_without_an_env_file_the_password_is_expected_in_the_shell(tmp_path):
 
 
 def test_with_your_own_database_the_lines_use_its_url_and_your_first_table(tmp_path):
-    from spark_jobs.config import PipelineConfig
+    from spark_jobs.model.config import PipelineConfig
 
     pipeline = PipelineConfig.model_validate({"tables": {"accounts": {"search": {}, "cache": {}, "warehouse": {}}}})
     settings = StackSettings(host="127.0.0.1", api_port=18000, postgres_url="postgresql://app:pw@db:5432/shop")

@@ -45,7 +45,7 @@ def test_the_classes_the_session_names_by_string_are_in_the_installed_spark():
 
     import pyspark
 
-    from spark_jobs import session
+    from spark_jobs.runtime import session
 
     (jar,) = (Path(pyspark.__file__).parent / "jars").glob("spark-sql_*.jar")
     with zipfile.ZipFile(jar) as archive:

@@ -1,10 +1,10 @@
-"""The local Python workers import pyspark from the installed package (spark_jobs/worker_daemon.py)."""
+"""The local Python workers import pyspark from the installed package (spark_jobs/runtime/worker_daemon.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from spark_jobs.worker_daemon import without_spark_archives
+from spark_jobs.runtime.worker_daemon import without_spark_archives
 
 
 def test_the_archives_spark_adds_are_left_out_and_nothing_else() -> None:

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Protocol
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, TimestampType
 
-from spark_jobs.catalogue import Catalogue
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.catalogue import Catalogue
+from spark_jobs.model.config import PipelineConfig
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta._facts import Facts, collect_facts
 from spark_jobs.sinks.delta._marks import Marks
@@ -106,7 +106,7 @@ class CurrentState:
               hooks: Hooks | None = None) -> DataFrame | None:
         """Apply a batch's newest changes (CHANGE rows, one per row and per table's truncates); returns
         the rejected changes as a lazy frame, or None. A primary-key move whose old row changed in the
-        same batch arrives filled from that change (spark_jobs/newest.py)."""
+        same batch arrives filled from that change (spark_jobs/changes/newest.py)."""
         mine = newest.where(F.col("table").isin(*self.tables))
         guarded = mine.join(self.marks.newest(spark), ["table", "row_id"], "left").persist()
         try:
@@ -196,7 +196,7 @@ class CurrentState:
         """(_old, _image) per old row id of the batch's primary-key moves with unchanged-TOAST columns:
         the old key's columns as text, each from the best source that has it (its row in the table over
         its tombstone's image; the batch's own changes of the old key were filled in by
-        spark_jobs/newest.py)."""
+        spark_jobs/changes/newest.py)."""
         olds = changes.where(
             F.col("after").isNotNull() & F.col("old_row_id").isNotNull() & (F.size("unavailable") > 0)
         ).select(F.col("old_row_id").alias("_old"), *key_of_row_id(F.col("old_row_id"), plan)).distinct()

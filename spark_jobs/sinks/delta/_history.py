@@ -29,8 +29,8 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, StructField, TimestampType
 
-from spark_jobs.catalogue import Catalogue
-from spark_jobs.config import PipelineConfig, history_table
+from spark_jobs.model.catalogue import Catalogue
+from spark_jobs.model.config import PipelineConfig, history_table
 from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta._facts import Facts, collect_facts
 from spark_jobs.sinks.delta._merge import KEEP, OP

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql.types import DataType
 
-from spark_jobs.catalogue import TableSchema
+from spark_jobs.model.catalogue import TableSchema
 from spark_jobs.sinks.base import META_PREFIX
 from spark_jobs.sinks.delta._types import fits, spark_type
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.changes.newest import keep_versions
 from spark_jobs.changes.schema import FIELDS
-from spark_jobs.newest import keep_versions
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta._merge import KEEP, OP, TOMB_MAJOR, TOMB_MINOR
 from spark_jobs.sinks.delta._plan import TablePlan

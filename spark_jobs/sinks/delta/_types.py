@@ -1,7 +1,7 @@
 """PostgreSQL column types as Delta column types, and a change's text as typed values, in Spark SQL.
 
 A change carries each column as the text Debezium wrote (spark_jobs/changes/schema.py); the type comes
-from PostgreSQL's catalogue (spark_jobs/catalogue.py). `typed` turns the text into a value of the
+from PostgreSQL's catalogue (spark_jobs/model/catalogue.py). `typed` turns the text into a value of the
 Delta column's type with `try_*` expressions only, so a value that cannot be stored becomes NULL and
 `unreadable` says so: the change is rejected with that reason, never a failed batch, and never a
 silently rounded or dropped value (a NUMERIC with more decimals than its column has is refused, as
@@ -42,7 +42,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_jobs.catalogue import Column
+from spark_jobs.model.catalogue import Column
 
 _SCALARS: dict[str, DataType] = {
     "INT2": ShortType(), "INT4": IntegerType(), "INT8": LongType(),

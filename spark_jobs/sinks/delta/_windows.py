@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from spark_jobs.catalogue import Catalogue
-from spark_jobs.config import WindowSpec, WindowView, late_table
+from spark_jobs.model.catalogue import Catalogue
+from spark_jobs.model.config import WindowSpec, WindowView, late_table
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta._facts import Facts
 from spark_jobs.sinks.delta._merge import KEEP, OP, TOMB_MAJOR, TOMB_MINOR
@@ -67,7 +67,7 @@ _TOMB = Version.of(None, TOMB_MAJOR, TOMB_MINOR)
 
 def in_windows(rows: DataFrame, specs: list[WindowSpec]) -> DataFrame:
     """Each row once per window of each spec containing its `_time` (epoch-aligned, as
-    spark_jobs.event_windows.window_starts): columns SIZE, SLIDE, START, END added."""
+    spark_jobs.model.event_windows.window_starts): columns SIZE, SLIDE, START, END added."""
     parts = []
     for spec in specs:
         slide_us, count = spec.slide * 1_000_000, spec.size_seconds // spec.slide

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_jobs.catalogue import Catalogue
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.catalogue import Catalogue
+from spark_jobs.model.config import PipelineConfig
 from spark_jobs.sinks.base import Batch, Sink
 from spark_jobs.sinks.delta._current import CurrentState
 from spark_jobs.sinks.delta._history import History
@@ -27,7 +27,7 @@ from spark_jobs.sinks.delta._windows import Windows
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from spark_jobs.settings import JobSettings
+    from spark_jobs.model.settings import JobSettings
 
 
 class AnalyticsSink(Sink):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_jobs.config import history_table, late_table
+from spark_jobs.model.config import history_table, late_table
 from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
 
 # SCD2 history tables (<table>_history): every version of each row with its validity interval.

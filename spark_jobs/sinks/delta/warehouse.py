@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_jobs.catalogue import Catalogue
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.catalogue import Catalogue
+from spark_jobs.model.config import PipelineConfig
 from spark_jobs.sinks.base import Batch, Sink
 from spark_jobs.sinks.delta._current import CurrentState
 from spark_jobs.sinks.delta._tables import remove_folders, tune_session
@@ -19,7 +19,7 @@ from spark_jobs.sinks.delta._tables import remove_folders, tune_session
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from spark_jobs.settings import JobSettings
+    from spark_jobs.model.settings import JobSettings
 
 
 class WarehouseSink(Sink):

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from elasticsearch import Elasticsearch
 
-from spark_jobs.catalogue import Catalogue
-from spark_jobs.config import PipelineConfig
+from spark_jobs.model.catalogue import Catalogue
+from spark_jobs.model.config import PipelineConfig
 from spark_jobs.sinks.base import MOVE_WAIT_MS, VERSION_MAJOR, VERSION_MINOR, Batch, LetterTopic, Sink
 from spark_jobs.sinks.elasticsearch import _mapping, _store
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES, WATERMARKS
@@ -25,7 +25,7 @@ from spark_jobs.sinks.elasticsearch._store import ElasticsearchSinkError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from spark_jobs.settings import JobSettings
+    from spark_jobs.model.settings import JobSettings
 
 # A nested view's index starts with its reference list only; fields follow the flat indices' mappings.
 _NESTED_PROPERTIES = {"tl_refs": {"type": "keyword"}}

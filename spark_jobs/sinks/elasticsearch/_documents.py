@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.catalogue import Catalogue
 from spark_jobs.changes.envelope import MAX_ID_BYTES
-from spark_jobs.expressions import reused
+from spark_jobs.model.catalogue import Catalogue
+from spark_jobs.runtime.expressions import reused
 from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
 
 TOMBSTONES = "tideline-tombstones"
@@ -178,7 +178,7 @@ def writer_rows(changes: DataFrame, catalogue: Catalogue, tables: list[str], ali
     fragments the micro-batch shipper joins, plus the old key's heads for a primary-key move), truncate,
     or letter (a dead letter, ready). `touches`: per change, the JSON lookups of the nested views it
     may affect, which the writer produces once the change is applied (an empty array without views)."""
-    from spark_jobs.dead_letters import letter_value
+    from spark_jobs.changes.dead_letters import letter_value
 
     undecoded = F.col("error").isNotNull()
     prepared = changes.select(

@@ -13,7 +13,7 @@ from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch
 
-from spark_jobs.catalogue import Column
+from spark_jobs.model.catalogue import Column
 from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
 
 # A keyword term may not exceed 32766 bytes; 8191 characters of up to 4 bytes each always fit.

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from elasticsearch import Elasticsearch, helpers
 
 from spark_jobs.changes.envelope import row_id
-from spark_jobs.config import ChildJoin, JoinNode, NestedView, PipelineConfig, node_table
-from spark_jobs.expressions import reused
+from spark_jobs.model.config import ChildJoin, JoinNode, NestedView, PipelineConfig, node_table
+from spark_jobs.runtime.expressions import reused
 from spark_jobs.sinks.elasticsearch import _store
 from spark_jobs.sinks.elasticsearch._store import MAX_TRIES, ElasticsearchSinkError, Stored
 
@@ -86,7 +86,7 @@ def touch_values(views: Mapping[str, NestedView]) -> Column:
 
 @reused
 def touch_array(views: Mapping[str, NestedView]) -> Column:
-    """Every lookup of a change, an array of (view, kind, value) structs (built once: spark_jobs/expressions.py)."""
+    """Every lookup of a change, an array of (view, kind, value) structs (built once, runtime/expressions.py)."""
     from pyspark.sql import functions as F
 
     found: list[Column] = []

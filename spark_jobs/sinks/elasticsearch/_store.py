@@ -16,7 +16,7 @@ from typing import Any
 
 from elasticsearch import BadRequestError, ConflictError, Elasticsearch, helpers
 
-from spark_jobs.errors import StoreError
+from spark_jobs.model.errors import StoreError
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.elasticsearch._documents import WATERMARKS
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from spark_jobs.catalogue import Catalogue
-from spark_jobs.config import PipelineConfig
-from spark_jobs.errors import StoreStateError
+from spark_jobs.model.catalogue import Catalogue
+from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.errors import StoreStateError
 from spark_jobs.sinks.base import MOVE_WAIT_MS, VERSION_MAJOR, VERSION_MINOR, Batch, LetterTopic, Sink
 from spark_jobs.sinks.redis._scripts import RAISE_WATERMARK, aggregate_spec, row_scripts
 from spark_jobs.sinks.redis.keys import (
@@ -38,7 +38,7 @@ from spark_jobs.sinks.redis.keys import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from spark_jobs.settings import JobSettings
+    from spark_jobs.model.settings import JobSettings
 
 # Bumped when the stored encoding changes: a cache written otherwise must be rebuilt.
 ENCODING = "text-1"

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.expressions import reused
-from spark_jobs.newest import keep_versions
+from spark_jobs.changes.newest import keep_versions
+from spark_jobs.runtime.expressions import reused
 from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.redis._scripts import MAX_EXACT_VERSION, ROW_FIXED_ARGS
 
@@ -128,7 +128,7 @@ def writer_rows(changes: DataFrame, prefix: str, sink: str) -> DataFrame:
 
 @reused
 def _writer_columns(prefix: str, sink: str) -> list[Column]:
-    from spark_jobs.dead_letters import letter_value
+    from spark_jobs.changes.dead_letters import letter_value
 
     undecoded, refused = F.col("error").isNotNull(), _error().isNotNull()
     truncate = F.col("op") == "t"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from string import Template
 from typing import Any
 
-from spark_jobs.aggregates import AggregatePlan, MeasurePlan
+from spark_jobs.model.aggregates import AggregatePlan, MeasurePlan
 from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
 
 # Lua numbers are doubles: integers compare exactly only up to 2^53 (LSNs fit).
@@ -40,7 +40,7 @@ local function above(a, b)
 end
 """
 
-# The aggregates (spark_jobs/aggregates.py), kept as a function of the stored rows: every script that
+# The aggregates (spark_jobs/model/aggregates.py), kept as a function of the stored rows: every script that
 # changes a row of a tracked table first computes, from the old and new row, what that change does
 # to each aggregate (and to the children index a join needs), then writes the row and those changes
 # in the same atomic script. Reads come first, so a bad value fails the script before any write.
