@@ -16,8 +16,13 @@ from services.bench import baseline, core, drain, freshness, measure, plots, pro
 from services.bench.cli import parse_rates, parse_settings
 from services.bench.core import running_sinks
 from services.demo.load import LoadReport, Pacer, processes_for, workers_for
+from services.jobs import driver
+from services.settings import StackSettings
 from services.versions import PROJECT_ROOT
+from spark_jobs.config import load
 from spark_jobs.settings import SINKS
+from spark_jobs.sinks.base import build_sink
+from spark_jobs.sinks.registry import REALTIME_CAPABLE, spec_of
 
 # ---- percentiles ----
 
@@ -393,3 +398,43 @@ def test_a_run_measures_the_sinks_the_driver_runs_in_pipeline_order(monkeypatch)
     assert running_sinks() == ("search", "cache")
     monkeypatch.delenv("TIDE_JOB_SINKS")
     assert running_sinks() == SINKS
+
+
+# ---- the sinks, from the registry ----
+
+
+def test_each_sink_with_a_view_has_a_finder_for_it_and_a_poll_interval_by_its_kind():
+    with_view = tuple(sink for sink in SINKS if not spec_of(sink).derived)
+    finders, probed, polls = set(probes.FINDERS), probes.PROBED, probes.POLL_S
+    assert finders == {spec_of(sink).view for sink in with_view}  # a new view fails here until it has a finder
+    assert probed == with_view
+    assert polls == {"captured": probes.CAPTURED_POLL_S, **{s: probes.POLL_BY_KIND[spec_of(s).kind] for s in probed}}
+
+
+def test_each_declared_sink_is_drawn_in_a_colour_of_its_own():
+    colours = [plots.SINK_COLOURS[sink] for sink in SINKS]
+    assert len(set(colours)) == len(SINKS) and not set(colours) & set(plots.STAGE_COLOURS.values())
+
+
+def test_the_throughput_table_has_a_column_per_declared_sink_in_registry_order():
+    step = {"rate": 100.0, "load": {"achieved_rate": 99.0}, "source_row_changes_per_s": 180.0, "captured_per_s": 200.0,
+            "applied_per_s": {sink: float(index) for index, sink in enumerate(SINKS)},
+            "applied_of_captured": dict.fromkeys(SINKS, 0.5), "keeps_up": dict.fromkeys(SINKS, True),
+            "busiest_component": "jobs"}
+    lines = report.throughput_lines({"steps": [step], "summary": {}})
+    assert lines[1] == report._row("rate asked", "achieved ops/s", "row changes/s", "records/s into Kafka", *SINKS,
+                                   "keeps up", "busiest component")
+    assert lines[3] == report._row(100.0, 99.0, 180.0, 200.0, *(float(i) for i in range(len(SINKS))),
+                                   ", ".join(SINKS), "jobs")
+
+
+@pytest.mark.parametrize("realtime", [[], list(REALTIME_CAPABLE)])
+def test_a_run_follows_the_follow_up_topic_of_each_real_time_sink_that_has_one(realtime):
+    pipeline = load()
+    bench = core.Bench(StackSettings(), pipeline, {}, say=lambda _: None, sinks=SINKS)
+    bench.__dict__["realtime_sinks"] = realtime  # as the driver's settings would say
+    jobs = driver.job_settings(bench.settings)
+    expected = {sink: topic for sink in realtime if (topic := build_sink(sink, jobs, pipeline).follow_up_topic())}
+    assert bench.follow_up_topics == expected
+    if realtime and pipeline.nested:  # search's nested views are rebuilt by its follow-up query
+        assert expected
