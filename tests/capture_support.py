@@ -1,4 +1,5 @@
-"""Reading change topics back in tests: every record up to the end offsets, decoded and folded per key."""
+"""Reading change topics back in tests: every record up to the end offsets, decoded and folded per key;
+and the capture tests' own pipelines and connector look-ups."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import json
 import uuid
 from typing import Any
 
+from services.capture.connector.connect_api import ConnectApi
 from services.chaos.observe import Delivered, read_to_end
 from services.settings import StackSettings
+from services.stack import kafka
 from services.verify.canonical import TableShape
 from spark_jobs.changes import Change, decode, decode_key
-from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.config import PipelineConfig, load
 
 # The chaos runner's reader serves the tests too: one way to read a topic to its end.
 Record = Delivered
@@ -62,3 +65,16 @@ def unique_pipeline(base: PipelineConfig, label: str) -> PipelineConfig:
         update={"connector": f"test-{suffix}", "slot": f"test_{suffix}", "topic_prefix": f"test{suffix}"}
     )
     return base.model_copy(update={"source": source})
+
+
+def customers_only(stack: StackSettings, **views: Any) -> PipelineConfig:
+    """A pipeline of its own (unique_pipeline) with the customers table alone, its config updated by `views`."""
+    base = unique_pipeline(load(stack.pipeline_file), "pii")
+    table = base.tables["customers"].model_copy(update=views)
+    return base.model_copy(update={"tables": {"customers": table}})
+
+
+def registered(settings: StackSettings, name: str) -> bool:
+    """Does Kafka Connect hold a connector of this name?"""
+    with ConnectApi(kafka.connect_url(settings)) as api:
+        return api.status(name) is not None

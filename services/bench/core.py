@@ -234,13 +234,13 @@ class Bench:
 
     @cached_property
     def follow_up_topics(self) -> dict[SinkName, str]:
-        """The run's real-time sinks' follow-up topics (spark_jobs/realtime.py): search's, with nested views."""
-        from spark_jobs.sinks.elasticsearch import ElasticsearchSink
+        """The run's real-time sinks' follow-up topics (`Sink.follow_up_topic`, spark_jobs/realtime.py):
+        search's, with nested views."""
+        from spark_jobs.sinks.base import build_sink
 
-        if "search" not in self.sinks or "search" not in self.realtime_sinks:
-            return {}
-        topic = ElasticsearchSink(driver.job_settings(self.settings).elasticsearch_url, self.pipeline).follow_up_topic()
-        return {"search": topic} if topic else {}
+        jobs = driver.job_settings(self.settings)
+        return {sink: topic for sink in self.sinks
+                if sink in self.realtime_sinks and (topic := build_sink(sink, jobs, self.pipeline).follow_up_topic())}
 
     def wait_caught_up(self, timeout_s: float, stall_s: float | None = None) -> float:
         """Wait until every sink has committed everything in its topics; returns the seconds waited.

@@ -9,8 +9,14 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on a server
 import matplotlib.pyplot as plt  # after choosing the backend
 
-SINK_COLOURS = {"search": "tab:blue", "cache": "tab:red", "warehouse": "tab:green", "analytics": "tab:purple",
-                "captured": "tab:gray", "capture": "tab:gray", "decoding": "tab:olive"}
+from spark_jobs.model.settings import SINKS
+
+# The stages before the sinks have fixed colours; the declared sinks take the palette's in turn (none
+# of the stages'), so a sink added to the registry is drawn without a change here.
+STAGE_COLOURS = {"captured": "tab:gray", "capture": "tab:gray", "decoding": "tab:olive"}
+SINK_PALETTE = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:cyan")
+SINK_COLOURS: dict[str, str] = {
+    **{sink: SINK_PALETTE[index % len(SINK_PALETTE)] for index, sink in enumerate(SINKS)}, **STAGE_COLOURS}
 
 
 def _save(figure, path: Path) -> Path:

@@ -23,13 +23,16 @@ from services.jobs.driver import job_settings
 from services.settings import StackSettings
 from services.stack.rows import scalar
 from spark_jobs.model.config import PipelineConfig
-from spark_jobs.model.settings import SinkName
+from spark_jobs.model.settings import SINKS, JobSettings, SinkName
+from spark_jobs.model.sink_registry import Kind, spec_of
 from spark_jobs.sinks.redis import row_key
 
 TABLE = "customers"
-# Delta is read by opening the table log each time: polled less often, so the probe does not load
-# the machine it measures (its delays are tens of seconds anyway). The topic is read continuously.
-POLL_S: dict[str, float] = {"captured": 0.05, "search": 0.25, "cache": 0.25, "warehouse": 2.0}
+# Seconds between two reads of a sink's store, by the sink's kind. Delta is read by opening the table
+# log each time: polled less often, so the probe does not load the machine it measures (its delays are
+# tens of seconds anyway). The topic is read continuously.
+POLL_BY_KIND: dict[Kind, float] = {Kind.SHIPPING: 0.25, Kind.DELTA: 2.0}
+CAPTURED_POLL_S = 0.05
 
 Finder = Callable[[list[int]], set[int]]
 
@@ -70,20 +73,12 @@ def record_id(key: bytes | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def sink_finders(
-    settings: StackSettings, pipeline: PipelineConfig, sinks: tuple[SinkName, ...]
-) -> dict[str, Finder]:
-    """For each of `sinks` with a probe, a function from marker ids to the ones readable in that sink now."""
-    import redis
-    from deltalake import DeltaTable, QueryBuilder
+def _search_finder(jobs: JobSettings, pipeline: PipelineConfig) -> Finder:
     from elasticsearch import Elasticsearch
 
-    jobs = job_settings(settings)
     search = pipeline.tables[TABLE].search
     alias = (search.index if search else None) or TABLE
     es = Elasticsearch(jobs.elasticsearch_url, request_timeout=10)
-    cache = redis.Redis.from_url(jobs.redis_url)
-    warehouse = str(jobs.warehouse_dir / TABLE)
 
     def in_search(ids: list[int]) -> set[int]:
         if not es.indices.exists_alias(name=alias) and not es.indices.exists(index=alias):
@@ -91,11 +86,27 @@ def sink_finders(
         found = es.search(index=alias, query={"ids": {"values": [str(i) for i in ids]}}, source=False, size=len(ids))
         return {int(hit["_id"]) for hit in found["hits"]["hits"]}
 
+    return in_search
+
+
+def _cache_finder(jobs: JobSettings, pipeline: PipelineConfig) -> Finder:
+    import redis
+
+    cache = redis.Redis.from_url(jobs.redis_url)
+
     def in_cache(ids: list[int]) -> set[int]:
         pipe = cache.pipeline(transaction=False)
         for key in ids:
             pipe.exists(row_key(TABLE, str(key)))
         return {key for key, exists in zip(ids, pipe.execute(), strict=True) if exists}
+
+    return in_cache
+
+
+def _warehouse_finder(jobs: JobSettings, pipeline: PipelineConfig) -> Finder:
+    from deltalake import DeltaTable, QueryBuilder
+
+    warehouse = str(jobs.warehouse_dir / TABLE)
 
     def in_warehouse(ids: list[int]) -> set[int]:
         try:
@@ -106,8 +117,26 @@ def sink_finders(
         rows = QueryBuilder().register("t", table).execute(f"SELECT id FROM t WHERE id IN ({listed})").read_all()
         return set(rows.column("id").to_pylist())
 
-    finders = {"search": in_search, "cache": in_cache, "warehouse": in_warehouse}
-    return {sink: finder for sink, finder in finders.items() if sink in sinks}
+    return in_warehouse
+
+
+# How a marker is looked up in the store of each pipeline.yaml view a sink declares (SinkSpec.view),
+# the way that view's users read it: keyed by the view, as the lookup is the store's.
+# tests/unit/test_bench.py holds these keys to the registry's views, so a sink declared with a new view
+# fails there until it has a finder. A derived sink (analytics) has no view of the marker table: no probe.
+FINDERS: dict[str, Callable[[JobSettings, PipelineConfig], Finder]] = {
+    "search": _search_finder, "cache": _cache_finder, "warehouse": _warehouse_finder}
+PROBED: tuple[SinkName, ...] = tuple(sink for sink in SINKS if not spec_of(sink).derived)
+POLL_S: dict[str, float] = {"captured": CAPTURED_POLL_S, **{sink: POLL_BY_KIND[spec_of(sink).kind] for sink in PROBED}}
+
+
+def sink_finders(
+    settings: StackSettings, pipeline: PipelineConfig, sinks: tuple[SinkName, ...]
+) -> dict[str, Finder]:
+    """For each of `sinks` with a probe, a function from marker ids to the ones readable in that sink now."""
+    jobs = job_settings(settings)
+    return {sink: FINDERS[view](jobs, pipeline) for sink in PROBED
+            if sink in sinks and (view := spec_of(sink).view) is not None}
 
 
 @dataclass

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from spark_jobs.model.settings import SINKS
+
 
 def _row(*cells: object) -> str:
     return "| " + " | ".join("–" if cell is None else str(cell) for cell in cells) + " |"
@@ -98,13 +100,12 @@ def snapshot_lines(data: dict) -> list[str]:
 
 
 def throughput_lines(data: dict) -> list[str]:
-    lines = [_row("rate asked", "achieved ops/s", "row changes/s", "records/s into Kafka", "search", "cache",
-                  "warehouse", "analytics", "keeps up", "busiest component"), _row(*["---"] * 10)]
+    lines = [_row("rate asked", "achieved ops/s", "row changes/s", "records/s into Kafka", *SINKS, "keeps up",
+                  "busiest component"), _row(*["---"] * (6 + len(SINKS)))]
     for step in data["steps"]:
         applied = step["applied_per_s"]
         lines.append(_row(step["rate"], step["load"]["achieved_rate"], step["source_row_changes_per_s"],
-                          step["captured_per_s"], *(applied[sink] for sink in ("search", "cache", "warehouse",
-                                                                               "analytics")),
+                          step["captured_per_s"], *(applied[sink] for sink in SINKS),
                           ", ".join(s for s, ok in step["keeps_up"].items() if ok) or "none",
                           step["busiest_component"]))
     lines += ["", _row("sink", "highest sustained row changes/s", "of decoding ceiling"), _row(*["---"] * 3)]

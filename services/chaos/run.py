@@ -35,6 +35,7 @@ from services.stack.rows import scalar
 from services.verify import Divergence, reconcile_views
 from spark_jobs.model.config import PipelineConfig, TableConfig, load
 from spark_jobs.model.settings import SINKS
+from spark_jobs.model.sink_registry import spec_of
 
 REDIS_DB = 9  # the chaos run's Redis database (flushed at the start of a run)
 Say = Callable[[str], None]
@@ -81,7 +82,8 @@ class Report:
 
 def chaos_pipeline(base: PipelineConfig, writers: int, bulk: bool, label: str) -> PipelineConfig:
     """The demo tables plus the writers' ledgers (and chaos_bulk) in every sink, under names of the run's own."""
-    ledger_views = TableConfig.model_validate({"search": {}, "cache": {}, "warehouse": {}})
+    # Every view a sink declares, each with its defaults (a derived sink has none: no history on a ledger).
+    ledger_views = TableConfig.model_validate({view: {} for sink in SINKS if (view := spec_of(sink).view)})
     extra = [ledger.ledger_table(n) for n in range(1, writers + 1)] + (["chaos_bulk"] if bulk else [])
     tables = {
         name: views.model_copy(update={

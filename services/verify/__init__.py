@@ -41,6 +41,7 @@ from spark_jobs.model.aggregates import AggregatePlan
 from spark_jobs.model.catalogue import Catalogue
 from spark_jobs.model.config import PipelineConfig, WindowView, history_table, load
 from spark_jobs.model.settings import SINKS, SinkName
+from spark_jobs.model.sink_registry import Capability, spec_of
 from spark_jobs.sinks.delta.layout import IS_CURRENT
 
 __all__ = ["Divergence", "Outcome", "Targets", "VerifyError", "reconcile_views", "verify"]
@@ -127,8 +128,9 @@ def reconcile_views(
         readers.connect_source(postgres.conninfo(settings)) as conn,
     ):
         for table, wanted in plan:
-            # A table only under a window view has no row-by-row view in analytics (its windows: below).
-            row_views = [sink for sink in wanted if sink != "analytics" or table in pipeline.history_tables()]
+            # A derived sink (analytics) compares rows only in its history tables: a table only under a
+            # window view has no row-by-row view there (its windows: below).
+            row_views = [sink for sink in wanted if not spec_of(sink).derived or table in pipeline.history_tables()]
             if not row_views:
                 continue
             excluded = pipeline.tables[table].exclude_columns
@@ -137,8 +139,8 @@ def reconcile_views(
             buckets = bucket_count(estimate)
             source = spill(_source_pairs(conn, canon), Path(scratch) / table / "source", buckets)
             for sink in row_views:
-                if sink == "analytics":  # the history table
-                    outcome = _history_outcome(canon, source, targets, Path(scratch), examples)
+                if spec_of(sink).derived:  # the history table
+                    outcome = _history_outcome(sink, canon, source, targets, Path(scratch), examples)
                 else:
                     pairs = _sink_pairs(sink, canon, targets, pipeline)
                     spilled = spill(pairs, Path(scratch) / table / sink, buckets)
@@ -149,18 +151,20 @@ def reconcile_views(
                     on_outcome(outcome)
             source.remove()
         for name, view in pipeline.windows.items():
-            if any(table == view.table and "analytics" in wanted for table, wanted in plan):
+            if any(table == view.table and any(spec_of(sink).derived for sink in wanted) for table, wanted in plan):
                 outcome = _windows_outcome(conn, targets, pipeline, name, view, examples)
                 outcomes.append(outcome)
                 if on_outcome:
                     on_outcome(outcome)
         for aggregate in aggregates_to_verify(pipeline, plan, catalogue.read(conn, pipeline.source.schema_name)):
-            outcome = _aggregate_outcome(aggregate, conn, targets, pipeline, Path(scratch), examples)
+            outcome = _aggregate_outcome(sink_of_view(AGGREGATES_VIEW), aggregate, conn, targets, pipeline,
+                                         Path(scratch), examples)
             outcomes.append(outcome)
             if on_outcome:
                 on_outcome(outcome)
         for name in nested_selection(pipeline, tables, sinks):
-            outcome = _nested_outcome(conn, pipeline, name, targets, Path(scratch) / "nested" / name, examples)
+            outcome = _nested_outcome(sink_of_view(NESTED_VIEW), conn, pipeline, name, targets,
+                                      Path(scratch) / "nested" / name, examples)
             outcomes.append(outcome)
             if on_outcome:
                 on_outcome(outcome)
@@ -170,55 +174,56 @@ def reconcile_views(
 def aggregates_to_verify(
     pipeline: PipelineConfig, plan: list[tuple[str, list[SinkName]]], found: Catalogue
 ) -> list[AggregatePlan]:
-    """The cache's aggregates over any table whose cache view is being verified (`found`: the source's
-    catalogue, which the declarations are resolved against)."""
-    cached = {table for table, wanted in plan if "cache" in wanted}
+    """The aggregates over any table whose view holding them (AGGREGATES_VIEW) is being verified
+    (`found`: the source's catalogue, which the declarations are resolved against)."""
+    holder = sink_of_view(AGGREGATES_VIEW)
+    cached = {table for table, wanted in plan if holder in wanted}
     return [aggregate for aggregate in pipeline.aggregate_plans(found) if cached & set(aggregate.tables)]
 
 
 def _aggregate_outcome(
-    aggregate: AggregatePlan, conn: psycopg.Connection, targets: Targets, pipeline: PipelineConfig,
+    sink: SinkName, aggregate: AggregatePlan, conn: psycopg.Connection, targets: Targets, pipeline: PipelineConfig,
     scratch: Path, examples: int,
 ) -> Outcome:
     """An aggregate is compared like a table: group id for doc id, its figures for the row."""
     folder = scratch / "aggregates" / aggregate.name
     buckets = 16
     source = spill(source_figures(conn, aggregate, pipeline.source.schema_name), folder / "source", buckets)
-    cache = spill(cache_figures(targets.redis_url, aggregate, targets.redis_prefix), folder / "cache", buckets)
+    held = spill(cache_figures(targets.redis_url, aggregate, targets.redis_prefix), folder / sink, buckets)
     try:
-        return _outcome(f"aggregate:{aggregate.name}", "cache", source, cache, examples)
+        return _outcome(f"aggregate:{aggregate.name}", sink, source, held, examples)
     finally:
         source.remove()
-        cache.remove()
+        held.remove()
 
 
 def nested_selection(pipeline: PipelineConfig, tables: Iterable[str] | None, sinks: Iterable[SinkName] | None
                      ) -> list[str]:
-    """The nested views to verify: all of them with the search sink, narrowed to those whose root
-    table is selected when tables are named."""
+    """The nested views to verify: all of them with the sink of the view that holds them (NESTED_VIEW),
+    narrowed to those whose root table is selected when tables are named."""
     chosen_tables = [tables] if isinstance(tables, str) else list(tables or pipeline.tables)
     chosen_sinks = [sinks] if isinstance(sinks, str) else list(sinks or SINKS)
-    if "search" not in chosen_sinks:
+    if sink_of_view(NESTED_VIEW) not in chosen_sinks:
         return []
     return [name for name, view in pipeline.nested.items() if view.root in chosen_tables]
 
 
-def _nested_outcome(conn: psycopg.Connection, pipeline: PipelineConfig, name: str, targets: Targets,
+def _nested_outcome(sink: SinkName, conn: psycopg.Connection, pipeline: PipelineConfig, name: str, targets: Targets,
                     scratch: Path, examples: int) -> Outcome:
     """One nested view against the same join computed by PostgreSQL, document by document."""
     view = pipeline.nested[name]
     shapes = nested.shapes(conn, pipeline, view)
     buckets = bucket_count(readers.source_shape(conn, pipeline.source.schema_name, view.root)[1])
     source = spill(nested.source_pairs(conn, pipeline.source.schema_name, view, shapes), scratch / "source", buckets)
-    spilled = spill(nested.sink_pairs(targets.es_url, name, view, shapes), scratch / "search", buckets)
-    outcome = _outcome(nested.label(name), "search", source, spilled, examples)
+    spilled = spill(nested.sink_pairs(targets.es_url, name, view, shapes), scratch / sink, buckets)
+    outcome = _outcome(nested.label(name), sink, source, spilled, examples)
     source.remove()
     spilled.remove()
     return outcome
 
 
 def _history_outcome(
-    canon: Canonicaliser, source: Spilled, targets: Targets, scratch: Path, examples: int
+    sink: SinkName, canon: Canonicaliser, source: Spilled, targets: Targets, scratch: Path, examples: int
 ) -> Outcome:
     """The history table's current versions against PostgreSQL, plus its own structure."""
     table = canon.shape.table
@@ -226,7 +231,7 @@ def _history_outcome(
     rows = readers.warehouse_rows(path, canon.shape, where=quoted(IS_CURRENT))
     spilled = spill(((_warehouse_id(canon, row), canon.digest(row)) for row in rows), scratch / table / "history",
                     source.buckets)
-    tally = compare(source, spilled, examples, unique_ids=False)
+    tally = compare(source, spilled, examples, unique_ids=_unique_keys(sink))
     spilled.remove()
     structure = derived.history_structure(path, canon.shape, examples)
     divergences = tally.divergences(table, "history") + structure.divergences(table, "history")
@@ -277,17 +282,53 @@ def _source_pairs(conn: psycopg.Connection, canon: Canonicaliser) -> Iterator[tu
 def _sink_pairs(
     sink: SinkName, canon: Canonicaliser, targets: Targets, pipeline: PipelineConfig
 ) -> Iterator[tuple[str, str]]:
+    view = spec_of(sink).view
+    if view is None:
+        raise VerifyError(f"the {sink} sink has no view of its own: its rows are read as its history tables")
+    return VIEW_READERS[view](canon, targets, pipeline)
+
+
+def _search_pairs(canon: Canonicaliser, targets: Targets, pipeline: PipelineConfig) -> Iterator[tuple[str, str]]:
     table = canon.shape.table
-    if sink == "search":
-        search = pipeline.tables[table].search
-        alias = (search.index if search else None) or table
-        return ((row_id, canon.digest(row)) for row_id, row in readers.search_rows(targets.es_url, alias))
-    if sink == "cache":
-        cached = readers.cache_rows(targets.redis_url, canon.shape, targets.redis_prefix)
-        return ((row_id, canon.digest(row)) for row_id, row in cached)
+    search = pipeline.tables[table].search
+    alias = (search.index if search else None) or table
+    return ((row_id, canon.digest(row)) for row_id, row in readers.search_rows(targets.es_url, alias))
+
+
+def _cache_pairs(canon: Canonicaliser, targets: Targets, pipeline: PipelineConfig) -> Iterator[tuple[str, str]]:
+    cached = readers.cache_rows(targets.redis_url, canon.shape, targets.redis_prefix)
+    return ((row_id, canon.digest(row)) for row_id, row in cached)
+
+
+def _warehouse_pairs(canon: Canonicaliser, targets: Targets, pipeline: PipelineConfig) -> Iterator[tuple[str, str]]:
     # The warehouse is keyed by its columns, not by a stored id: the id is derived as for PostgreSQL.
-    stored = readers.warehouse_rows(targets.warehouse_dir / table, canon.shape)
+    stored = readers.warehouse_rows(targets.warehouse_dir / canon.shape.table, canon.shape)
     return ((_warehouse_id(canon, row), canon.digest(row)) for row in stored)
+
+
+RowPairs = Callable[[Canonicaliser, Targets, PipelineConfig], Iterator[tuple[str, str]]]
+# How a table's rows are read from the store of each pipeline.yaml view a sink declares (SinkSpec.view),
+# as (doc id, digest) pairs: keyed by the view, as the reading is the store's. A derived sink (no view)
+# is read as its history tables (`_history_outcome`). tests/unit/test_verify_plan.py holds these keys
+# to the registry's views, so a sink declared with a new view fails there until it has a reader.
+VIEW_READERS: dict[str, RowPairs] = {"search": _search_pairs, "cache": _cache_pairs, "warehouse": _warehouse_pairs}
+# The views whose stores also hold what pipeline.yaml declares across rows: `cache_aggregates` are kept
+# with the cache view's rows (PipelineConfig.aggregate_plans: over the tables that have one), `nested`
+# join documents are indices beside the search view's.
+AGGREGATES_VIEW = "cache"
+NESTED_VIEW = "search"
+
+
+def sink_of_view(view: str) -> SinkName:
+    """The sink whose query writes `view` (a pipeline.yaml view section), as the registry declares."""
+    for sink in SINKS:
+        if spec_of(sink).view == view:
+            return sink
+    raise VerifyError(f"no sink declares the view {view}")
+
+
+def _unique_keys(sink: SinkName) -> bool:
+    return Capability.UNIQUE_KEYS in spec_of(sink).capabilities
 
 
 def _warehouse_id(canon: Canonicaliser, row: dict) -> str:
@@ -298,6 +339,6 @@ def _warehouse_id(canon: Canonicaliser, row: dict) -> str:
 
 
 def _outcome(table: str, sink: SinkName, source: Spilled, spilled: Spilled, examples: int) -> Outcome:
-    # Elasticsearch and Redis are keyed by id: a repeat is a scan artefact. A Delta table can hold two rows.
-    tally = compare(source, spilled, examples, unique_ids=sink != "warehouse")
+    # A store keyed by id (UNIQUE_KEYS): a repeat is a scan artefact. A Delta table can hold two rows.
+    tally = compare(source, spilled, examples, unique_ids=_unique_keys(sink))
     return Outcome(table, sink, source.rows, spilled.rows, tuple(tally.divergences(table, sink)))

@@ -1,9 +1,9 @@
 """Every sink, declared once: its name, the pipeline.yaml view it reads, how its query runs, what it
 can do, and the class that builds it. The settings' list of sinks, the tables each query reads, the
-pace of its micro-batches, the driver a query runs in and `tide rebuild` are all derived from here; a
-name not declared here is an error. Imports nothing of the pipeline's (config, settings and the sinks
-import it) and no pyspark (the CLI reads it): a sink's class is imported only when one is built
-(`spark_jobs.sinks.base.build_sink`).
+pace of its micro-batches, the driver a query runs in, `tide rebuild`, and the sinks `tide verify` and
+`tide bench` read (and how) are all derived from here; a name not declared here is an error. Imports
+nothing of the pipeline's (config, settings and the sinks import it) and no pyspark (the CLI reads it):
+a sink's class is imported only when one is built (`spark_jobs.sinks.base.build_sink`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from spark_jobs.model.errors import ConfigurationError
 
 
 class Capability(Enum):
-    """What a sink can do beyond `setup` and `write`; the registry states each sink's set, and the
-    pipeline and `tide rebuild` ask it (`Sink.can`), never probe for methods."""
+    """What a sink can do beyond `setup` and `write`, or what its store guarantees; the registry states
+    each sink's set, and the pipeline, `tide rebuild` and `tide verify` ask it (`Sink.can`, `spec_of`),
+    never probe for methods or compare names."""
 
     # `write` runs no Spark action: the frame it returns is lazy, and the pipeline's write of the dead
     # letters runs the whole batch as one job. Without it the pipeline persists the batch's frames
@@ -36,6 +37,10 @@ class Capability(Enum):
     # `rebuild_target()` / `promote()`: a rebuild fills new physical stores behind the users' names and
     # swaps them in at the end (Elasticsearch aliases), so readers never see a half-built view.
     SWAPS_ON_REBUILD = "swaps_on_rebuild"
+    # The store holds at most one entry per row key (an Elasticsearch document id, a Redis key), so a key
+    # read twice is the read repeating itself (Redis SCAN may return a key twice), never a second row.
+    # A Delta table can hold two rows for one key: `tide verify` reports those (`duplicate`).
+    UNIQUE_KEYS = "unique_keys"
 
 
 class Kind(Enum):
@@ -65,14 +70,21 @@ class SinkSpec:
     # "module:Class" of its Sink; the class builds itself from the job settings (`from_settings`).
     sink_class: str
 
+    @property
+    def derived(self) -> bool:
+        """The sink has no view of its own: it builds tables derived from other views' (analytics: the
+        history and windows of the tables PipelineConfig.analytics_tables names)."""
+        return self.view is None
+
 
 _SPECS = (
     SinkSpec("search", Kind.SHIPPING,
              frozenset({Capability.SINGLE_PASS, Capability.WAITS_FOR_STORE, Capability.SWAPS_ON_REBUILD,
-                        Capability.REAL_TIME}),
+                        Capability.REAL_TIME, Capability.UNIQUE_KEYS}),
              "search", "trigger_interval", "spark_jobs.sinks.elasticsearch:ElasticsearchSink"),
     SinkSpec("cache", Kind.SHIPPING,
-             frozenset({Capability.SINGLE_PASS, Capability.WAITS_FOR_STORE, Capability.CLEARS, Capability.REAL_TIME}),
+             frozenset({Capability.SINGLE_PASS, Capability.WAITS_FOR_STORE, Capability.CLEARS, Capability.REAL_TIME,
+                        Capability.UNIQUE_KEYS}),
              "cache", "trigger_interval", "spark_jobs.sinks.redis:RedisSink"),
     SinkSpec("warehouse", Kind.DELTA, frozenset({Capability.CLEARS}),
              "warehouse", "warehouse_trigger_interval", "spark_jobs.sinks.delta:WarehouseSink"),

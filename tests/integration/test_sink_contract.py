@@ -4,7 +4,7 @@ the version guard, replays, deletes and tombstones, unchanged-TOAST fill, trunca
 composite keys. What one store adds (its mapping, its encoding, its commits) stays in its own file.
 
 `analytics` keeps every version of a row (SCD2 history) rather than the newest, so its rules are the
-history's (tests/integration/test_sink_delta.py), not these."""
+history's (tests/integration/sink_delta/test_analytics.py), not these."""
 
 from __future__ import annotations
 

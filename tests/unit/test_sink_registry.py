@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from spark_jobs.model.config import TableConfig, load
 from spark_jobs.model.settings import JobSettings
-from spark_jobs.model.sink_registry import REGISTRY, SINKS, Capability, UnknownSinkError, spec_of
+from spark_jobs.model.sink_registry import REGISTRY, SINKS, Capability, Kind, UnknownSinkError, spec_of
 from spark_jobs.sinks.base import Sink, build_sink
 
 # The methods that back each capability: a sink overrides them exactly when it declares the capability.
@@ -46,6 +46,22 @@ def test_each_declared_sink_is_built_from_the_job_settings_and_reads_its_views_t
     view = REGISTRY[name].view
     assert view is None or view in TableConfig.model_fields
     assert JobSettings().trigger_interval_of(name) == getattr(JobSettings(), REGISTRY[name].trigger_setting)
+
+
+@pytest.mark.parametrize("name", SINKS)
+def test_a_delta_sink_never_promises_one_row_per_key(name):
+    # A Delta table can hold a second row for one key; `tide verify` must report it (`duplicate`), not
+    # skip it as a repeated read, so no Delta sink may declare UNIQUE_KEYS.
+    spec = REGISTRY[name]
+    assert not (spec.kind is Kind.DELTA and Capability.UNIQUE_KEYS in spec.capabilities)
+
+
+@pytest.mark.parametrize("name", SINKS)
+def test_a_sink_without_a_view_is_derived_from_the_tables_of_the_others(name):
+    spec, pipeline = REGISTRY[name], load()
+    assert spec.derived == (spec.view is None)
+    if spec.derived:
+        assert pipeline.sink_tables(name) == pipeline.analytics_tables()
 
 
 def test_a_sink_the_registry_does_not_declare_is_refused_by_name_everywhere():
