@@ -46,5 +46,3 @@ app.command("status")(status_command)
 app.command("bench")(bench_command)
 app.command("chaos")(chaos_command)
 
-if __name__ == "__main__":
-    app()
