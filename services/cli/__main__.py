@@ -2,4 +2,5 @@
 
 from services.cli import app
 
-app()
+if __name__ == "__main__":  # importing this module (tests/unit/test_errors.py walks every one) runs nothing
+    app()
