@@ -1,4 +1,4 @@
-"""Drive the service catalogue: one loop for up, down and status, whatever the service, and `serve`
+"""Drive the stack's members (members.py): one loop for up, down and status, whatever the service, and `serve`
 for one service in a container."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def log_file(settings: StackSettings, service: Service) -> Path:
 
 
 def select(names: Iterable[str] | None = None) -> list[Service]:
-    """The named services plus everything they start after, in catalogue order."""
+    """The named services plus everything they start after, in the members' order."""
     wanted = set(names or MEMBERS)
     unknown = wanted - set(MEMBERS)
     if unknown:
@@ -192,7 +192,7 @@ def start_and_wait(settings: StackSettings, services: list[Service], report: Rep
 def with_dependants(names: Iterable[str]) -> list[Service]:
     """The named services plus every service that starts after them (stopping Kafka stops Connect)."""
     wanted = {service.name for service in select(names) if service.name in set(names)}
-    for service in MEMBERS.values():  # catalogue order: dependencies come first
+    for service in MEMBERS.values():  # the members' order: dependencies come first
         if wanted & set(service.after):
             wanted.add(service.name)
     return [service for name, service in MEMBERS.items() if name in wanted]

@@ -1,7 +1,7 @@
 """What the stack runner needs to know about one service: how to prepare, start and probe it.
 
-A service is data, not code paths: the runner drives every entry of the
-catalogue through the same loop (prepare → start → poll health).
+A service is data, not code paths: the runner drives every member of the
+stack (members.py) through the same loop (prepare → start → poll health).
 """
 
 from __future__ import annotations
