@@ -17,13 +17,18 @@ Services = Annotated[list[str] | None, typer.Argument(help="Services to act on (
 
 
 @stack_app.command()
-def fetch() -> None:
+def fetch(
+    class_archive: Annotated[bool, typer.Option(
+        help="Also write the Spark driver's class archive (a faster start for every driver; docs/apply.md).")] = True,
+) -> None:
     """Resolve every JVM jar bundle with Maven (done by `make setup`; `up` then needs no network)."""
     settings = load_settings()
     with user_errors():
         for name in jars.BUNDLES:
             console.print(f"resolving {name} jars")
             jars.ensure(settings, name)
+        if class_archive:
+            jars.write_class_archive(settings, say=console.print)
 
 
 @stack_app.command()

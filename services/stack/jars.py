@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from services.settings import StackSettings
 from services.stack.service import StackError
 from services.versions import PROJECT_ROOT, Versions, pinned
+from spark_jobs.runtime import class_archive
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,14 @@ def tree_digest(root: Path) -> str:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()[:16]
+
+
+def write_class_archive(settings: StackSettings, say: Callable[[str], None]) -> Path:
+    """The Spark driver's class archive for the resolved Spark jars (spark_jobs/runtime/class_archive.py)."""
+    try:
+        return class_archive.make(bundle_dir(settings, "spark"), settings.logs_dir / "class-archive.log", say=say)
+    except RuntimeError as exc:
+        raise StackError(f"{exc} - drivers start without it, only slower; run `tide stack fetch` again") from None
 
 
 def ensure_all(settings: StackSettings) -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.runtime import class_archive
+
 # The scheduler pools' weights and minimum shares, one pool per sink's query.
 POOLS = Path(__file__).with_name("pools.xml")
 # Generated classes kept compiled (Spark's default is 100); a few tens of KB of bytecode each.
@@ -63,11 +65,13 @@ def build_session(
     master: str | None = "local[2]",
     driver_memory: str = "1g",
     shuffle_partitions: int = 2,
+    jvm_options: list[str] | None = None,
 ) -> SparkSession:
     """A session with the Kafka source and Delta Lake on the classpath.
 
     master=None leaves the master to spark-submit (`--master spark://...`), so the
-    same job runs unchanged on a cluster.
+    same job runs unchanged on a cluster. `jvm_options` are a local driver's own JVM options: by
+    default those that map the class archive when `tide stack fetch` wrote one (class_archive.py).
     """
     builder = (
         SparkSession.builder.appName(app_name)
@@ -109,7 +113,9 @@ def build_session(
             builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
             # A JVM out of heap ends at once (the keep-alive starts it again: spark_jobs/runtime/keep_alive.py)
             # rather than limping on with threads that died of the error.
-            builder = builder.config("spark.driver.extraJavaOptions", "-XX:+ExitOnOutOfMemoryError")
+            options = ["-XX:+ExitOnOutOfMemoryError",
+                       *(class_archive.reading(jar_dir) if jvm_options is None else jvm_options)]
+            builder = builder.config("spark.driver.extraJavaOptions", " ".join(options))
             # Python workers import pyspark from the installed package, not Spark's zip archives, which
             # cost every task ~90 ms (spark_jobs/runtime/worker_daemon.py).
             builder = builder.config("spark.python.daemon.module", "spark_jobs.runtime.worker_daemon")

@@ -7,6 +7,7 @@ import re
 import tomllib
 
 from services.versions import PIN_FILE, PROJECT_ROOT, pinned
+from spark_jobs.runtime import class_archive
 from tests.unit.compose_files import DOCKER_DIR, DOCKERFILE, compose_services, image_env
 
 # Dockerfile build args and the pin each must equal. Kafka, Debezium, Elasticsearch and the Spark jars
@@ -81,8 +82,15 @@ def test_the_jars_are_the_ones_tide_stack_fetch_resolved_for_the_pins():
     bundle's marker names the pins (services/stack/jars.py)."""
     lines = DOCKERFILE.read_text().splitlines()
     copy = lines.index(f"COPY .tideline/lib {image_env()['TIDE_LIB_DIR']}")
-    assert "RUN tide stack fetch" in lines[copy:]
+    assert "RUN tide stack fetch --no-class-archive" in lines[copy:]
     assert not [line for line in lines if "mvn " in line and not line.startswith("#")], "Maven runs in the build"
+
+
+def test_the_hosts_spark_class_archive_stays_out_of_the_build_context():
+    """It names the host's class path (spark_jobs/runtime/class_archive.py) and is about 200 MB."""
+    ignored = (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
+    assert f".tideline/lib/spark/{class_archive.ARCHIVE}" in ignored
+    assert ignored.index(f".tideline/lib/spark/{class_archive.ARCHIVE}") > ignored.index("!.tideline/lib")
 
 
 def test_the_python_environment_is_the_lock_installed_from_the_hosts_wheels_without_an_index():
