@@ -89,6 +89,9 @@ class JobSettings(BaseSettings):
     # The whole local[4] job runs in this heap: four queries, two of them holding 20,000-record batches
     # (persisted) while Delta reads history tables. 1g died of OutOfMemoryError in the drain benchmark.
     driver_memory: str = "2g"
+    # More options of a local driver's JVM, space-separated (e.g. the JIT's; the class archive's are
+    # added by spark_jobs/runtime/session.py). A cluster run passes spark-submit's --driver-java-options.
+    jvm_options: str = ""
     es_bulk_size: int = Field(default=1000, ge=1)
     # Real-Time Mode: how often the search writer makes what it wrote searchable (one refresh per index
     # that was written); 0 refreshes after every bulk request. Each refresh costs Elasticsearch CPU.

@@ -28,3 +28,10 @@ def test_a_cap_below_one_is_refused_naming_its_variable(monkeypatch):
     monkeypatch.setenv("TIDE_JOB_DELTA_MAX_OFFSETS_PER_TRIGGER", "0")
     with pytest.raises(JobSettingsError, match=r"^invalid setting TIDE_JOB_DELTA_MAX_OFFSETS_PER_TRIGGER: "):
         read_settings()
+
+
+def test_a_drivers_own_jvm_options_are_none_by_default_and_follow_their_variable(monkeypatch):
+    monkeypatch.delenv("TIDE_JOB_JVM_OPTIONS", raising=False)  # the suite's conftest sets the tests' JIT
+    assert JobSettings().jvm_options.split() == []
+    monkeypatch.setenv("TIDE_JOB_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -Xss4m")
+    assert read_settings().jvm_options.split() == ["-XX:TieredStopAtLevel=1", "-Xss4m"]
