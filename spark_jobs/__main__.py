@@ -28,7 +28,7 @@ def main() -> None:
     settings = _or_refused(read_settings)
     pipeline = _or_refused(lambda: _checked_pipeline(settings))
     spark = build_session("tideline-apply", settings.jars_dir, master=local_master(settings, pipeline),
-                          driver_memory=settings.driver_memory, extra_jvm_options=settings.jvm_options.split())
+                          driver_memory=settings.driver_memory, jvm_options=settings.jvm_options.split())
     jvm = keep_alive.launched_jvm(spark)
     keep_alive.exit_with_the_jvm(jvm)
     keep_alive.run_until_the_jvm_ends(jvm, lambda: supervise(spark, settings, pipeline))

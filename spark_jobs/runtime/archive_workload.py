@@ -21,6 +21,7 @@ def _exercise(jar_dir: Path, work: Path) -> None:
     """What a driver does, in small: the classes it loads are what the archive holds."""
     from delta.tables import DeltaTable
 
+    # No archive to map yet (class_archive.make runs this only then), so the session's options only write one.
     spark = build_session("tideline-class-archive", jar_dir, master="local[2]",
                           jvm_options=class_archive.writing(work / class_archive.ARCHIVE))
     table = str(work / "table")

@@ -2,11 +2,11 @@
 
 A cold driver JVM spends seconds loading and verifying Spark's, Scala's and Delta's classes before its
 first batch. HotSpot's application class-data sharing (CDS) keeps them in an archive that later JVMs map
-instead: a cold session, a Delta table's creation and a first MERGE took 13.6 s instead of 19.3-20.4 s,
-24 s of JVM CPU instead of 31-35 (docs/apply.md, "Class archive"). Every driver start pays that: the
+instead: a cold session, a Delta table's creation and two MERGEs took 12.5-13.7 s instead of 18.3-20.4 s,
+22-24 s of JVM CPU instead of 31-35 (docs/apply.md, "Class archive"). Every driver start pays that: the
 keep-alive's restarts, `tide rebuild`, `tide verify`, each test session.
 
-`make` writes the archive (`tide stack fetch`, run by `make setup`): a driver JVM started with
+`make()` writes the archive (called by `tide stack fetch`, so `make setup`): a driver JVM started with
 `-XX:ArchiveClassesAtExit` runs a small workload of what the drivers do (a session, Delta writes and
 MERGEs, a streaming query's batches) and exits, and the JVM writes what it loaded. It lives in the
 Spark jar folder, so a new set of jars (which empties that folder) drops it. The JVM checks an archive

@@ -66,14 +66,12 @@ def build_session(
     driver_memory: str = "1g",
     shuffle_partitions: int = 2,
     jvm_options: list[str] | None = None,
-    extra_jvm_options: list[str] | None = None,
 ) -> SparkSession:
     """A session with the Kafka source and Delta Lake on the classpath.
 
     master=None leaves the master to spark-submit (`--master spark://...`), so the
-    same job runs unchanged on a cluster. `jvm_options` are a local driver's own JVM options: by
-    default those that map the class archive when `tide stack fetch` wrote one (class_archive.py);
-    `extra_jvm_options` come after them (TIDE_JOB_JVM_OPTIONS).
+    same job runs unchanged on a cluster. A local driver's JVM maps the class archive when `tide stack
+    fetch` wrote one (class_archive.py), then takes `jvm_options` (TIDE_JOB_JVM_OPTIONS).
     """
     builder = (
         SparkSession.builder.appName(app_name)
@@ -116,8 +114,7 @@ def build_session(
             # A JVM out of heap ends at once (the keep-alive starts it again: spark_jobs/runtime/keep_alive.py)
             # rather than limping on with threads that died of the error.
             options = ["-XX:+ExitOnOutOfMemoryError",
-                       *(class_archive.reading(jar_dir) if jvm_options is None else jvm_options),
-                       *(extra_jvm_options or [])]
+                       *class_archive.reading(jar_dir), *(jvm_options or [])]
             builder = builder.config("spark.driver.extraJavaOptions", " ".join(options))
             # Python workers import pyspark from the installed package, not Spark's zip archives, which
             # cost every task ~90 ms (spark_jobs/runtime/worker_daemon.py).
