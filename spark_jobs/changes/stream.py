@@ -9,6 +9,7 @@ compaction, and the delete record before it carries the delete.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -68,9 +69,17 @@ def _header(name: str, present: bool) -> Column:
 
 
 def _key_map(raw: Column) -> Column:
-    """The key's columns (map<string, variant>) from its bytes, either converter layout."""
+    """The key's columns (map<string, variant>) from its bytes, either converter layout. A key without
+    the word "payload" cannot be Connect's layout with a schema: it is parsed once, as a map."""
     text = raw.cast("string")
-    return F.coalesce(F.from_json(text, _KEY)["payload"], F.from_json(text, _KEY_MAP))
+    bare = F.from_json(text, _KEY_MAP)
+    return F.when(text.contains('"payload"'), F.coalesce(F.from_json(text, _KEY)["payload"], bare)).otherwise(bare)
+
+
+def _placeholders(text: Column) -> Column:
+    """Whether a record's text holds Debezium's unchanged-TOAST placeholder in any of its forms. Most
+    records do not, and theirs skip the after image's filter (a lambda: run interpreted, per column)."""
+    return reduce(lambda left, right: left | right, (text.contains(form) for form in envelope.UNAVAILABLE_FORMS))
 
 
 # Types without a time zone. Debezium's isostring mode writes them as if they were UTC instants
@@ -141,22 +150,27 @@ def _decoding(wanted: tuple[str, ...], local_times: tuple[tuple[str, str], ...],
     record, key and old key parsed; then the sequence parsed and the after image cleaned. The third,
     every rule, is plain expressions. Each parsed column is used several times downstream, which also
     keeps Spark from merging a projection into the next (it would parse the JSON again per use)."""
-    value = F.from_json(F.col("value").cast("string"), _VALUE)
+    text = F.col("value").cast("string")
+    value = F.from_json(text, _VALUE)
     parsed: list[Column | str] = [
         "topic", "partition", "offset", "value",
         F.coalesce(value["payload"], F.struct(value["after"], value["source"], value["op"])).alias("_e"),
+        _placeholders(text).alias("_toasted"),
         _key_map(F.col("key")).alias("_key"),
         F.from_json(_header(envelope.OLD_KEY_HEADER, headers), _KEY_MAP).alias("_old_key"),
         _header(envelope.NEW_KEY_HEADER, headers).alias("_new_key"),
     ]
     e = F.col("_e")
-    kept = _local_times(F.map_filter(e["after"], lambda _, v: v.isNull() | ~_placeholder(v)), e["source"]["table"],
-                        dict(local_times))
-    unpacked: list[Column | str] = ["topic", "partition", "offset", "value", "_e", "_key", "_old_key", "_new_key",
-                F.from_json(e["source"]["sequence"], "array<string>").alias("_sequence"), kept.alias("_after")]
+    toasted = F.col("_toasted")
+    cleaned = F.when(toasted, F.map_filter(e["after"], lambda _, v: v.isNull() | ~_placeholder(v)))
+    kept = _local_times(cleaned.otherwise(e["after"]), e["source"]["table"], dict(local_times))
+    unpacked: list[Column | str] = [
+        "topic", "partition", "offset", "value", "_e", "_key", "_old_key", "_new_key", "_toasted",
+        F.from_json(e["source"]["sequence"], "array<string>").alias("_sequence"), kept.alias("_after")]
     key, op, source = F.col("_key"), e["op"], e["source"]
     version = version_column(source, F.col("_sequence"))
     truncate = op == envelope.TRUNCATE
+    none = F.array().cast("array<string>")
     error = (
         F.when(op.isNull(), F.when(F.get_json_object(F.col("value").cast("string"), "$").isNull(),
                                    F.lit("value is not JSON")).otherwise(F.lit("value has no Debezium op")))
@@ -176,8 +190,8 @@ def _decoding(wanted: tuple[str, ...], local_times: tuple[tuple[str, str], ...],
         F.when(~truncate, key.cast("map<string, string>")).alias("key"),
         F.col("_after").alias("after"),
         # The keys the cleaning removed: those whose value was the placeholder.
-        F.coalesce(F.array_except(F.map_keys(e["after"]), F.map_keys(F.col("_after"))), F.array().cast("array<string>"))
-        .alias("unavailable"),
+        F.when(toasted, F.coalesce(F.array_except(F.map_keys(e["after"]), F.map_keys(F.col("_after"))), none))
+        .otherwise(none).alias("unavailable"),
         F.create_map().cast(CHANGE["filled"].dataType).alias("filled"),
         version.alias("version"),
         F.timestamp_millis(source["ts_ms"]).alias("commit_ts"),

@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from spark_jobs.model import config
-from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
+from spark_jobs.sinks.base import VERSION_MAJOR
 from spark_jobs.sinks.redis import (
     RedisSink,
     columns_key,
@@ -21,7 +21,7 @@ from spark_jobs.sinks.redis import (
     watermark_key,
 )
 from spark_jobs.sinks.redis._commands import commands, writer_rows
-from spark_jobs.sinks.redis._scripts import MAX_EXACT_VERSION, ROW_FIXED_ARGS
+from spark_jobs.sinks.redis._scripts import MAX_EXACT_VERSION, ROW_ARGS
 from tests.unit.spark_frames import change, frame
 
 
@@ -75,26 +75,21 @@ def _commands(spark, rows):
     return {r["origin"]["offset"]: r.asDict(recursive=True) for r in commands(frame(spark, rows), "p:").collect()}
 
 
-def test_an_upsert_is_its_keys_version_and_text_fields_without_nulls(spark):
+def test_an_upsert_is_its_keys_version_commit_time_and_after_image_as_json(spark):
     row = _commands(spark, [change((5, 7), key=3, after={"id": "3", "name": "Ada", "sku": None})])[0]
     args = resp_arguments(row["args"])
-    assert row["arg_count"] == len(args) and int(args[0]) == len(args) - 1
-    assert args[1:12] == ["p:products:3", "p:tideline:tombstone:products:3", "p:tideline:truncated:products", "", "",
-                          "u", "5", "7", "products", "3", "0"]
-    fields = dict(zip(args[12::2], args[13::2], strict=True))
-    assert fields == {"id": "3", "name": "Ada", VERSION_MAJOR: "5", VERSION_MINOR: "7",
-                      COMMIT_TS: "2024-01-01T00:00:00.000Z"}, "NULL is an absent field"
-    assert len(args) == 1 + ROW_FIXED_ARGS + 2 * len(fields)
+    assert row["arg_count"] == len(args) == 1 + ROW_ARGS and args[0] == str(ROW_ARGS)
+    assert args[1:14] == ["p:products:3", "p:tideline:tombstone:products:3", "p:tideline:truncated:products", "", "",
+                          "u", "5", "7", "products", "3", "0", "2024-01-01T00:00:00.000Z", "{}"]
+    assert json.loads(args[14]) == {"id": "3", "name": "Ada", "sku": None}, "the script leaves NULL out of the hash"
 
 
 def test_unavailable_and_filled_columns_are_sent_with_the_version_the_stored_row_must_reach(spark):
     partial = change((6, 0), key=1, after={"id": "1", "name": "b"}, unavailable=("description",))
     partial["filled"] = {"attributes": {"major": 5, "minor": 1}}
     args = resp_arguments(_commands(spark, [partial])[0]["args"])
-    kept = int(args[11])
-    assert kept == 2
-    triples = {args[i]: (args[i + 1], args[i + 2]) for i in range(12, 12 + 3 * kept, 3)}
-    assert triples == {"description": ("0", "0"), "attributes": ("5", "1")}
+    assert args[11] == "2"
+    assert json.loads(args[13]) == {"description": {"major": 0, "minor": 0}, "attributes": {"major": 5, "minor": 1}}
 
 
 def test_deletes_name_the_move_and_creates_the_old_key(spark):
@@ -104,7 +99,7 @@ def test_deletes_name_the_move_and_creates_the_old_key(spark):
         change((5, 3), op="d", key=9, offset=2),
     ])
     moved, created, deleted = (resp_arguments(rows[i]["args"]) for i in range(3))
-    assert moved[6] == "m" and deleted[6] == "d" and len(deleted) == 1 + ROW_FIXED_ARGS
+    assert moved[6] == "m" and deleted[6] == "d" and len(deleted) == 1 + ROW_ARGS and deleted[13:] == ["", ""]
     assert created[4:6] == ["p:products:7", "p:tideline:tombstone:products:7"]
 
 

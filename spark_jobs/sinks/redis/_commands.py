@@ -4,8 +4,8 @@ The arguments are already in Redis's wire format (RESP bulk strings, concatenate
 shipper on the executor only joins a chunk's bytes behind an EVALSHA header and writes them to the
 socket: no Python object per row. In Real-Time Mode the same arguments go, as a list, to the JVM
 writer (`writer_rows`), with the truncates' keys and the dead letters built here too. Values are
-stored as their text (docs/sinks/redis.md): the change's `after` already holds each column's text,
-NULL columns are left out of the hash.
+stored as their text (docs/sinks/redis.md): the change's `after` already holds each column's text and
+goes to the script as one JSON object, which leaves NULL columns out of the hash.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pyspark.sql import functions as F
 
 from spark_jobs.changes.newest import keep_versions
 from spark_jobs.runtime.expressions import reused
-from spark_jobs.sinks.base import COMMIT_TS, META_PREFIX, VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.redis._scripts import MAX_EXACT_VERSION, ROW_FIXED_ARGS
+from spark_jobs.sinks.base import META_PREFIX
+from spark_jobs.sinks.redis._scripts import MAX_EXACT_VERSION, ROW_ARGS
 
 # The columns the shipper reads (and passes on for rejected rows).
 SHIPPED = ("op", "table", "version", "origin", "args", "arg_count", "error")
@@ -42,26 +42,22 @@ def watermark_key(prefix: str, table: Column) -> Column:
     return F.concat(F.lit(f"{prefix}tideline:truncated:"), table)
 
 
-def _fields() -> Column:
-    """The hash's fields: the non-NULL columns' text, then the version and commit time."""
-    meta = F.create_map(
-        F.lit(VERSION_MAJOR), F.col("version.major").cast("string"),
-        F.lit(VERSION_MINOR), F.col("version.minor").cast("string"),
-        F.lit(COMMIT_TS), F.date_format("commit_ts", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"),
-    )
-    return F.map_concat(F.map_filter("after", lambda _, v: v.isNotNull()),
-                        F.map_filter(meta, lambda _, v: v.isNotNull()))
+def _clashing(after: Column) -> Column:
+    """Whether a column of `after` is named like the sink's metadata. Its keys joined by NUL (which no
+    column name holds), not a lambda: this runs for every change (docs/apply.md, "Generated code")."""
+    names = F.concat(F.lit("\u0000"), F.array_join(F.map_keys(after), "\u0000"))
+    return names.contains(f"\u0000{META_PREFIX}")
 
 
 def _error() -> Column:
     """What the sink refuses before Redis sees it: a column named like its metadata, a version Lua
     cannot compare exactly."""
-    clashing = F.filter(F.map_keys(F.coalesce("after", F.create_map().cast("map<string,string>"))),
-                        lambda k: k.startswith(META_PREFIX))
+    after = F.coalesce("after", F.create_map().cast("map<string,string>"))
     version = F.col("version")
     return (
-        F.when(F.size(clashing) > 0, F.concat(F.lit("column "), clashing[0],
-                                               F.lit(f" clashes with the sink's metadata prefix {META_PREFIX}")))
+        F.when(_clashing(after), F.concat(
+            F.lit("column "), F.filter(F.map_keys(after), lambda k: k.startswith(META_PREFIX))[0],
+            F.lit(f" clashes with the sink's metadata prefix {META_PREFIX}")))
         .when((version["major"] >= MAX_EXACT_VERSION) | (version["minor"] >= MAX_EXACT_VERSION)
               | (version["major"] < 0) | (version["minor"] < 0),
               F.concat(F.lit("version ("), version["major"].cast("string"), F.lit(", "),
@@ -78,40 +74,37 @@ def commands(newest: DataFrame, prefix: str) -> DataFrame:
 
 @reused
 def _command_columns(prefix: str) -> list[Column | str]:
-    arguments = _arguments(prefix)
     truncate = F.col("op") == "t"
     return [
         "op", "table", "version", "origin",
-        F.when(~truncate, F.array_join(F.transform(arguments, resp), "").cast("binary")).alias("args"),
-        F.when(~truncate, F.size(arguments)).cast("int").alias("arg_count"),
+        F.when(~truncate, F.concat(*(resp(argument) for argument in _arguments(prefix))).cast("binary")).alias("args"),
+        F.when(~truncate, F.lit(1 + ROW_ARGS)).cast("int").alias("arg_count"),
         F.when(~truncate, _error()).alias("error"),
     ]
 
 
-def _arguments(prefix: str) -> Column:
-    """One change's APPLY_BATCH arguments as a list of text, their count first (ROW_FIXED_ARGS, then
-    each kept column's name and version, then the hash's fields). Both writers send this list: the
-    Python shipper RESP-encoded (`args`), the JVM writer as it is (`writer_rows`)."""
+def _arguments(prefix: str) -> list[Column]:
+    """One change's APPLY_BATCH arguments as text, their count first (ROW_ARGS): the keys, op, version
+    and row, the columns that may keep their stored value (`keep_versions`) and the after image, both
+    as JSON. Both writers send these: the Python shipper RESP-encoded (`args`), the JVM writer as a
+    list (`writer_rows`). A fixed number of plain expressions: no function per element, so every
+    change's arguments are generated code."""
     table, row_id, version = F.col("table"), F.col("row_id"), F.col("version")
     upsert = F.col("after").isNotNull()
-    keep = F.when(upsert, keep_versions()).otherwise(
-        F.create_map().cast("map<string, struct<major: bigint, minor: bigint>>"))
-    fields = F.when(upsert, _fields()).otherwise(F.create_map().cast("map<string,string>"))
+    keep = keep_versions()
     moved_from = F.col("old_row_id").isNotNull()
-    count = F.lit(ROW_FIXED_ARGS) + 3 * F.size(keep) + 2 * F.size(fields)
     op = F.when(~upsert, F.when(F.col("moved"), F.lit("m")).otherwise(F.lit("d"))).otherwise(F.lit("u"))
-    fixed = F.array(
-        count.cast("string"),
+    return [
+        F.lit(str(ROW_ARGS)),
         row_key(prefix, table, row_id), tombstone_key(prefix, table, row_id), watermark_key(prefix, table),
         F.when(moved_from, row_key(prefix, table, F.col("old_row_id"))).otherwise(F.lit("")),
         F.when(moved_from, tombstone_key(prefix, table, F.col("old_row_id"))).otherwise(F.lit("")),
         op, version["major"].cast("string"), version["minor"].cast("string"), table, row_id,
-        F.size(keep).cast("string"),
-    )
-    kept = F.flatten(F.transform(F.map_entries(keep), lambda e: F.array(
-        e["key"], e["value"]["major"].cast("string"), e["value"]["minor"].cast("string"))))
-    sent = F.flatten(F.transform(F.map_entries(fields), lambda e: F.array(e["key"], e["value"])))
-    return F.concat(fixed, kept, sent)
+        F.when(upsert, F.size(keep)).otherwise(F.lit(0)).cast("string"),
+        F.coalesce(F.date_format("commit_ts", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"), F.lit("")),
+        F.when(upsert, F.to_json(keep)).otherwise(F.lit("")),
+        F.when(upsert, F.to_json("after")).otherwise(F.lit("")),
+    ]
 
 
 def glob_escaped(text: Column) -> Column:
@@ -147,7 +140,7 @@ def _writer_columns(prefix: str, sink: str) -> list[Column]:
         .otherwise(F.lit("row")).alias("kind"),
         # Text, not binary: a cast of each element would need a lambda, which runs every expression
         # under it interpreted (docs/apply.md, "Generated code"); the writer encodes them as UTF-8.
-        F.when(~undecoded & ~truncate & ~refused, _arguments(prefix)).alias("args"),
+        F.when(~undecoded & ~truncate & ~refused, F.array(*_arguments(prefix))).alias("args"),
         F.col("origin"),
         F.when(undecoded, letter_value(f"decode:{sink}", F.col("error")))
         .when(~truncate & refused, letter_value(f"apply:{sink}", _error())).alias("letter"),

@@ -19,13 +19,15 @@ from string import Template
 from typing import Any
 
 from spark_jobs.model.aggregates import AggregatePlan, MeasurePlan
-from spark_jobs.sinks.base import VERSION_MAJOR, VERSION_MINOR
+from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
 
 # Lua numbers are doubles: integers compare exactly only up to 2^53 (LSNs fit).
 MAX_EXACT_VERSION = 2**53
-# Fixed arguments of one row in APPLY_BATCH, after its count: row, tombstone and watermark keys, the
-# moved-from row and tombstone keys ('' when none), op, major, minor, table, row id, kept count.
-ROW_FIXED_ARGS = 11
+# The arguments of one row in APPLY_BATCH, after its count: row, tombstone and watermark keys, the
+# moved-from row and tombstone keys ('' when none), op, major, minor, table, row id, kept count, commit
+# time ('' when none), then for an upsert the kept columns and the after image as JSON ('' for a delete).
+# A fixed number, so Spark SQL builds them without a function per element (docs/apply.md, "Generated code").
+ROW_ARGS = 14
 
 # Shared by every script: a key's version (missing = (0, 0)) and the lexicographic comparison.
 # Values are stored as text (docs/sinks/redis.md): a row hash's field is its column's text, NULL an
@@ -216,11 +218,12 @@ end
 
 
 
-# One row of APPLY_BATCH, its arguments at ARGV[at + 1] ... (see ROW_FIXED_ARGS): then, for each column
-# that may keep its stored value, its name and the major, minor the stored row must reach
-# (`keep_from`), then field, value pairs. A delete whose row moved to another key (`moved` = 'm' op)
-# keeps the row's fields under its tombstone, for the create of the new key to take its
-# unchanged-TOAST columns from. Returns nil, or the reason the row cannot be applied.
+# One row of APPLY_BATCH, its arguments at ARGV[at + 1] ... (see ROW_ARGS). The kept columns' JSON names
+# each column that may keep its stored value with the major, minor the stored row must reach
+# (`keep_from`); the after image's JSON is every column's text, null for NULL (an absent field). A delete
+# whose row moved to another key (`moved` = 'm' op) keeps the row's fields under its tombstone, for the
+# create of the new key to take its unchanged-TOAST columns from. Returns nil, or the reason the row
+# cannot be applied.
 _APPLY_ROW = Template("""
 local function apply_row(at)
   local row, tomb, mark, from_row, from_tomb = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4], ARGV[at + 5]
@@ -244,14 +247,13 @@ local function apply_row(at)
     run(writes)
     return nil
   end
-  local kept_count = tonumber(ARGV[at + 11])
-  local first_field = at + 12 + 3 * kept_count
   local sent = {}
-  for i = first_field, at + tonumber(ARGV[at]), 2 do sent[ARGV[i]] = true end
+  for name, value in pairs(cjson.decode(ARGV[at + 14])) do
+    if value ~= cjson.null then sent[name] = value end
+  end
   local fields, kept = {}, {}
-  for i = at + 12, first_field - 1, 3 do
-    local name = ARGV[i]
-    if not above({tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])}, row_version) then
+  for name, from in pairs(cjson.decode(ARGV[at + 13])) do
+    if not above({from.major, from.minor}, row_version) then
       kept[name] = redis.call('HGET', row, name)
     end
     if not kept[name] and not sent[name] and from_row ~= '' then
@@ -266,11 +268,19 @@ local function apply_row(at)
       return 'no stored value for unchanged-TOAST column ' .. name
     end
   end
-  for i = first_field, at + tonumber(ARGV[at]), 2 do
-    if not kept[ARGV[i]] then
-      table.insert(fields, ARGV[i])
-      table.insert(fields, ARGV[i + 1])
+  for name, value in pairs(sent) do
+    if not kept[name] then
+      table.insert(fields, name)
+      table.insert(fields, value)
     end
+  end
+  table.insert(fields, '$major')
+  table.insert(fields, ARGV[at + 7])
+  table.insert(fields, '$minor')
+  table.insert(fields, ARGV[at + 8])
+  if ARGV[at + 12] ~= '' then
+    table.insert(fields, '$commit_ts')
+    table.insert(fields, ARGV[at + 12])
   end
   local writes = {}
   if TRACKED[table_name] then
@@ -284,7 +294,7 @@ local function apply_row(at)
   run(writes)
   return nil
 end
-""").substitute(major=VERSION_MAJOR, minor=VERSION_MINOR)
+""").substitute(major=VERSION_MAJOR, minor=VERSION_MINOR, commit_ts=COMMIT_TS)
 
 # ARGV: rows, each its argument count then its arguments (`apply_row`). Returns {index, reason} for
 # every row that could not be applied (1-based index in the call); the others are applied or skipped.

@@ -35,7 +35,7 @@ final class KeyMoves {
 
   private static final Logger LOG = LoggerFactory.getLogger(KeyMoves.class);
   private static final long POLL_MS = 20;
-  // APPLY_BATCH's fixed arguments (spark_jobs/sinks/redis/_scripts.py, ROW_FIXED_ARGS), count first.
+  // APPLY_BATCH's fixed arguments (spark_jobs/sinks/redis/_scripts.py, ROW_ARGS), count first.
   static final int ROW = 1;
   static final int TOMB = 2;
   static final int MARK = 3;
