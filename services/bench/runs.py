@@ -48,6 +48,7 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
         "job_driver_memory": jobs.driver_memory,
         "job_es_bulk_size": env_only.es_bulk_size,
         "job_es_refresh_ms": env_only.es_refresh_ms,
+        "job_jvm_options": env_only.jvm_options or "none",  # the driver JVM's extra options (its JIT, say)
         "source_partitions": pipeline.source.partitions,
         "kafka_heap": settings.kafka_heap,
         "connect_heap": settings.connect_heap,

@@ -236,6 +236,14 @@ def test_knobs_record_the_capture_settings_with_the_runs_overrides():
     assert set(core.CAPTURE_KNOBS) <= set(knobs["connector"])
 
 
+def test_knobs_record_the_drivers_jvm_options(monkeypatch):
+    settings = StackSettings()
+    monkeypatch.setenv("TIDE_JOB_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
+    assert runs.knobs(settings, load(settings.pipeline_file))["job_jvm_options"] == "-XX:TieredStopAtLevel=1"
+    monkeypatch.setenv("TIDE_JOB_JVM_OPTIONS", "")
+    assert runs.knobs(settings, load(settings.pipeline_file))["job_jvm_options"] == "none"
+
+
 def test_a_change_records_key_gives_its_id_with_or_without_connects_schema():
     assert probes.record_id(b'{"schema": {"type": "struct"}, "payload": {"id": 42}}') == 42
     assert probes.record_id(b'{"id": 43}') == 43
