@@ -57,6 +57,16 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
     }
 
 
+def class_archive_state(settings: StackSettings) -> str:
+    """Whether the jobs' driver ran with the class archive (spark_jobs/runtime/class_archive.py): it
+    starts a driver some seconds sooner, and new Spark jars (a change to the writers' code) drop it."""
+    from services.stack import jars
+    from spark_jobs.runtime import class_archive
+
+    in_use = class_archive.reading(jars.bundle_dir(settings, "spark"))
+    return "in use" if in_use else "none (`tide stack fetch` writes it)"
+
+
 def result_dir(root: Path, scenario: str, day: datetime | None = None) -> Path:
     """bench/results/<date>-<scenario>/ (a second run the same day replaces the first)."""
     return root / f"{(day or datetime.now(UTC)):%Y-%m-%d}-{scenario}"
@@ -153,6 +163,8 @@ def run_scenario(scenario, settings: StackSettings, out_dir: Path, options: dict
     try:
         with sampled(bench) as sampler:
             result["results"] = scenario.run(bench)
+            # After the run: starting the jobs may have rebuilt the Spark jars, and the archive with them.
+            result["knobs"]["job_class_archive"] = class_archive_state(settings)
             # A scenario without the sinks (baseline) checks its own result instead.
             try:
                 result["verify"] = (scenario.check(bench, result["results"]) if hasattr(scenario, "check")

@@ -236,6 +236,18 @@ def test_knobs_record_the_capture_settings_with_the_runs_overrides():
     assert set(core.CAPTURE_KNOBS) <= set(knobs["connector"])
 
 
+def test_a_run_records_whether_the_driver_had_its_class_archive(tmp_path):
+    from services.stack import jars
+    from spark_jobs.runtime import class_archive
+
+    settings = StackSettings(lib_dir=tmp_path)
+    jar_dir = jars.bundle_dir(settings, "spark")
+    assert runs.class_archive_state(settings).startswith("none")
+    jar_dir.mkdir(parents=True)
+    class_archive.archive_of(jar_dir).write_bytes(b"")
+    assert runs.class_archive_state(settings) == "in use"
+
+
 def test_knobs_record_the_drivers_jvm_options(monkeypatch):
     settings = StackSettings()
     monkeypatch.setenv("TIDE_JOB_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
