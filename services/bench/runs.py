@@ -16,8 +16,10 @@ from services.bench import measure, report
 from services.bench.core import CAPTURE_KNOBS, Bench, Say, bench_settings, running_sinks
 from services.jobs import driver
 from services.settings import StackSettings
+from services.stack import jars
 from services.versions import PROJECT_ROOT, pinned
 from spark_jobs.model.config import PipelineConfig, load
+from spark_jobs.runtime import class_archive
 
 RESULTS_DIR = PROJECT_ROOT / "bench" / "results"
 
@@ -60,9 +62,6 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
 def class_archive_state(settings: StackSettings) -> str:
     """Whether the jobs' driver ran with the class archive (spark_jobs/runtime/class_archive.py): it
     starts a driver some seconds sooner, and new Spark jars (a change to the writers' code) drop it."""
-    from services.stack import jars
-    from spark_jobs.runtime import class_archive
-
     in_use = class_archive.reading(jars.bundle_dir(settings, "spark"))
     return "in use" if in_use else "none (`tide stack fetch` writes it)"
 

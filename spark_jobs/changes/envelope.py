@@ -17,8 +17,8 @@ import json
 # json column carries it as a string, an array column as a one-element array, a bytea column as the
 # placeholder's bytes in base64 (binary.handling.mode=base64).
 UNAVAILABLE = "__debezium_unavailable_value"
-UNAVAILABLE_FORMS = (UNAVAILABLE, json.dumps([UNAVAILABLE], separators=(",", ":")),
-                     "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==")
+UNAVAILABLE_BYTEA = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
+UNAVAILABLE_FORMS = (UNAVAILABLE, json.dumps([UNAVAILABLE], separators=(",", ":")), UNAVAILABLE_BYTEA)
 OPS = ("r", "c", "u", "d", "t")
 TRUNCATE = "t"
 DELETE = "d"
