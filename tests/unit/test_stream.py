@@ -8,7 +8,7 @@ import json
 import pytest
 
 from spark_jobs.changes import decode
-from spark_jobs.changes.envelope import row_id
+from spark_jobs.changes.envelope import UNAVAILABLE, UNAVAILABLE_BYTEA, row_id
 from spark_jobs.changes.stream import decode_stream
 from tests.unit.test_changes import RECORDS, WITH_SCHEMA
 
@@ -47,6 +47,18 @@ def test_both_decoders_agree_on_every_record(spark, records):
         if change.after is not None:
             assert set(row["after"]) == set(change.after), record["name"]
         assert row["commit_ts"] is not None
+
+
+@pytest.mark.parametrize("placeholder", [UNAVAILABLE, [UNAVAILABLE], UNAVAILABLE_BYTEA],
+                         ids=["text", "array", "bytea"])
+def test_each_form_of_the_placeholder_alone_is_taken_out_and_named_unavailable(spark, placeholder):
+    # A text column carries the placeholder itself, an array column a one-element array, bytea its base64.
+    template = RECORDS["products_update_unchanged_toast"]
+    value = json.loads(template["value"])
+    value["after"] |= {"description": "a mug", "image": placeholder}
+    (row,) = decoded(spark, [{**template, "value": json.dumps(value)}])
+    assert row["unavailable"] == ["image"]
+    assert "image" not in row["after"] and row["after"]["description"] == "a mug"
 
 
 def test_values_stay_as_their_text_and_the_placeholder_never_reaches_after(spark):
