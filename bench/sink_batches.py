@@ -19,6 +19,7 @@ BENCH_NO_NESTED=1 leaves the nested views out of the pipeline (the search sink's
 Usage (PYTHONPATH = the tree to measure):
     python bench/sink_batches.py jobs --sink warehouse|analytics|search|cache|changes --batches 4 --rows 2000
     python bench/sink_batches.py load --seed 1000000 --batch 50000 --batches 3 [--property k=v ...]
+    (either mode: --optimize-every N compacts the tables after every N batches, each table read before and after)
 Prints one JSON line per batch: rows, seconds, jobs, stages (run and skipped), load average, the
 seconds Catalyst's rules took (analysis and optimisation), Janino compilations and their seconds;
 `--sink changes` measures issue 34's alternative design: the batch's changes of every table appended once
@@ -328,6 +329,8 @@ def main() -> None:
     parser.add_argument("--conf", action="append", default=[], help="a Spark SQL setting k=v for the run")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--optimize-every", type=int, default=0,
+                        help="after every N batches, compact and vacuum the sink's tables (tide warehouse optimize)")
     args = parser.parse_args()
 
     from spark_jobs.runtime.session import build_session
@@ -357,6 +360,7 @@ def main() -> None:
                 kafka.count()
                 print(json.dumps(measure(spark, runner, kafka, batch_id, args.rows)), flush=True)
                 kafka.unpersist()
+                _maybe_optimize(spark, runner, batch_id + 1, args.optimize_every)
         else:
             batch_id = 0
             for first in range(0, args.seed, args.seed_batch):
@@ -375,8 +379,34 @@ def main() -> None:
                       flush=True)
                 kafka.unpersist()
                 batch_id += 1
+                _maybe_optimize(spark, runner, step + 1, args.optimize_every)
     _print_python_workers_cpu()
     spark.stop()
+
+
+def _maybe_optimize(spark, runner: Runner, done: int, every: int) -> None:
+    """After every `every` batches: each table's full read (as `tide verify` reads it), then its compaction
+    and vacuum (a week's retention: nothing deleted), then the same read again; one JSON line."""
+    if not every or done % every:
+        return
+    from spark_jobs.sinks.delta.maintenance import DEFAULT_RETAIN_HOURS, delta_tables, maintain, session_settings
+
+    for key, value in session_settings(spark, DEFAULT_RETAIN_HOURS).items():
+        spark.conf.set(key, value)
+
+    def read_s(path: str) -> float:
+        started = time.monotonic()
+        spark.read.format("delta").load(path).selectExpr("sum(hash(*))").collect()
+        return round(time.monotonic() - started, 2)
+
+    for path in delta_tables(runner.sink.folders()):
+        before = read_s(path)
+        started = time.monotonic()
+        found = maintain(spark, path)
+        seconds = round(time.monotonic() - started, 2)
+        print(json.dumps({"phase": "optimize", "after_batches": done, "table": Path(path).name, "seconds": seconds,
+                          "files": [found.files_before, found.files_after], "read_s": [before, read_s(path)]}),
+              flush=True)
 
 
 def _print_python_workers_cpu() -> None:

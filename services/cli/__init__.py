@@ -18,6 +18,7 @@ from services.status.cli import jobs_status_command, status_command
 from services.tables.cli import tables_app
 from services.up.cli import down_command, serve_command, up_command
 from services.verify.cli import verify_command
+from services.warehouse.cli import warehouse_app
 
 app = typer.Typer(
     name="tide",
@@ -35,6 +36,7 @@ app.add_typer(tables_app, name="tables")
 app.add_typer(db_app, name="db")
 app.add_typer(demo_app, name="demo")
 app.add_typer(connector_app, name="connector")
+app.add_typer(warehouse_app, name="warehouse")
 # `tide jobs status` is the status view's: mounted here so the jobs and status packages stay apart.
 jobs_app.command("status")(jobs_status_command)
 app.add_typer(jobs_app, name="jobs")

@@ -131,6 +131,11 @@ class Sink(ABC):
         applied; returns the rejected rows like `write` (lazy: the caller runs it)."""
         raise NotImplementedError(f"{self.name} has no follow-up query")
 
+    def folders(self) -> list[str]:
+        """A Delta sink's folders: its tables are in them (`clear` removes them; `tide warehouse optimize`
+        compacts the tables found in them)."""
+        raise NotImplementedError(f"{self.name} keeps no tables in folders")
+
     def clear(self) -> None:
         """CLEARS: remove everything the sink wrote (with the query stopped), so replaying the topics
         from offset zero rebuilds it."""

@@ -7,7 +7,8 @@ use it without Spark. The sinks are loaded on first use of their names (`from sp
 import WarehouseSink` in spark_jobs/pipeline.py), so importing this package imports no pyspark.
 The private modules are the sinks' pieces: `_version` (the version rule as SQL text), `_types`
 (PostgreSQL types in Spark SQL), `_plan`, `_tables`, `_marks` (tombstones, watermarks), `_facts`,
-`_source`, `_merge`, `_current` (the current-state apply), `_history`, `_windows`.
+`_source`, `_merge`, `_current` (the current-state apply), `_history`, `_windows`; `maintenance` compacts
+and vacuums the tables (`tide warehouse optimize`).
 """
 
 from __future__ import annotations

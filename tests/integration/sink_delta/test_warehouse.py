@@ -14,8 +14,10 @@ from spark_jobs.changes.newest import newest_per_row
 from spark_jobs.changes.stream import decode_stream
 from spark_jobs.model.catalogue import Catalogue, Column, TableSchema
 from spark_jobs.model.config import PipelineConfig, TableConfig, WarehouseView
+from spark_jobs.runtime.session import starting_with
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR, Batch
 from spark_jobs.sinks.delta import WarehouseSink
+from spark_jobs.sinks.delta.maintenance import maintain, session_settings
 from tests.integration.sink_delta.support import MEMBERS, order, product, truncate, versions, write
 from tests.unit.spark_frames import change
 
@@ -207,3 +209,25 @@ def test_a_table_whose_create_was_killed_before_its_first_commit_is_created_on_t
     sink.setup(spark, MEMBERS)
     write(spark, sink, [product((1, 1), price="1.50")], 0)
     assert rows(spark, sink, "products")[1]["price"] == Decimal("1.50")
+
+
+# ---------------------------------------------------------------- maintenance
+
+
+def test_optimize_compacts_and_vacuums_without_changing_a_row_and_the_sink_writes_on(spark, sink):
+    """`tide warehouse optimize`'s work (spark_jobs/sinks/delta/maintenance.py) on a table that batches left
+    in several files, one of them with rows marked deleted: one file after, nothing else left on disk with a
+    zero retention, the same rows, and the next batch applies (and its replay commits nothing)."""
+    write(spark, sink, [product((1, key), key=key) for key in range(1, 7)], 0)
+    write(spark, sink, [product((2, 0), key=1), product((2, 1), key=2)], 1)
+    path, before = sink.path("products"), rows(spark, sink, "products")
+    with starting_with(spark, session_settings(spark, retain_hours=0)):
+        done = maintain(spark, path, retain_hours=0)
+    assert done.files_before >= 2 and done.files_after == 1, done
+    assert done.on_disk_before > 2 and done.on_disk_after == 1, f"the replaced files and vectors are deleted: {done}"
+    assert rows(spark, sink, "products") == before
+    changes = [product((5, 0), key=4, name="after optimize")]
+    write(spark, sink, changes, 5)
+    held = versions(spark, path)
+    write(spark, sink, changes, 5)
+    assert rows(spark, sink, "products")[4]["name"] == "after optimize" and versions(spark, path) == held

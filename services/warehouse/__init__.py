@@ -1,0 +1,1 @@
+"""`tide warehouse ...`: maintenance of the Delta sinks' tables (warehouse and analytics)."""
