@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from services.console import console, load_settings, user_errors
 from services.warehouse import maintenance
-from spark_jobs.sinks.delta.maintenance import DEFAULT_RETAIN_HOURS, Maintained
+from spark_jobs.sinks.delta.maintenance import DEFAULT_RETAIN_HOURS
 
 warehouse_app = typer.Typer(help="The Delta tables of the warehouse and analytics sinks.")
 
@@ -27,15 +26,4 @@ def optimize(sink: SinkOption = None, retain_hours: RetainOption = DEFAULT_RETAI
     with user_errors():
         sinks = maintenance.check_sinks(sink)
         maintenance.check_retention(retain_hours)
-        done = maintenance.optimize(settings, sinks, retain_hours, console.print)
-    if done:
-        console.print(_table(done, settings.state_dir))
-
-
-def _table(done: list[Maintained], state_dir) -> Table:
-    table = Table("table", "files read before", "after", "files on disk before", "after")
-    for found in done:
-        name = found.path.removeprefix(str(state_dir)).lstrip("/")
-        table.add_row(name, str(found.files_before), str(found.files_after),
-                      *(str(n) if n is not None else "-" for n in (found.on_disk_before, found.on_disk_after)))
-    return table
+        maintenance.optimize(settings, sinks, retain_hours, lambda line: console.print(line, highlight=False))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from services.jobs import driver
 from services.settings import StackSettings
@@ -61,16 +62,24 @@ def optimize(settings: StackSettings, sinks: list[str], retain_hours: float, rep
     with paused(settings, sinks, report):
         spark = build_session("tideline-maintenance", jobs.jars_dir, master=jobs.master,
                               driver_memory=jobs.driver_memory)
+        spark.sparkContext.setLogLevel("ERROR")
         try:
             for key, value in session_settings(spark, retain_hours).items():
                 spark.conf.set(key, value)
             done = []
             for path in tables:
                 done.append(maintain(spark, path, retain_hours))
-                report(f"{path}: {done[-1].files_before} -> {done[-1].files_after} files")
+                report(describe(done[-1], settings.state_dir))
             return done
         finally:
             spark.stop()
+
+
+def describe(done: Maintained, state_dir: Path) -> str:
+    """One table's line: its files read by the current version and on disk, before -> after."""
+    name = done.path.removeprefix(str(state_dir)).lstrip("/")
+    on_disk = "" if done.on_disk_before is None else f", on disk {done.on_disk_before} -> {done.on_disk_after}"
+    return f"{name}: files read {done.files_before} -> {done.files_after}{on_disk}"
 
 
 @contextmanager
@@ -109,4 +118,4 @@ def stopped(status: dict | None, sinks: set[str], now_s: float) -> bool:
     return True
 
 
-__all__ = ["check_retention", "check_sinks", "optimize", "paused", "stopped"]
+__all__ = ["check_retention", "check_sinks", "describe", "optimize", "paused", "stopped"]

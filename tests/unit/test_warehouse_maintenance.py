@@ -10,9 +10,9 @@ import pytest
 from services.jobs import driver
 from services.settings import StackSettings
 from services.stack.service import StackError
-from services.warehouse.maintenance import check_retention, check_sinks, paused, stopped
+from services.warehouse.maintenance import check_retention, check_sinks, describe, paused, stopped
 from spark_jobs.runtime import control
-from spark_jobs.sinks.delta.maintenance import delta_tables
+from spark_jobs.sinks.delta.maintenance import Maintained, delta_tables
 
 
 def test_the_delta_sinks_are_maintained_unless_some_are_named_and_others_are_refused():
@@ -75,3 +75,10 @@ def test_the_command_refuses_what_it_cannot_do_in_one_line(argv, line):
     result = CliRunner().invoke(app, ["warehouse", "optimize", *argv])
     assert result.exit_code == 1
     assert result.output.strip() == line
+
+
+def test_a_table_is_reported_by_its_name_under_the_state_folder(tmp_path):
+    done = Maintained(str(tmp_path / "warehouse" / "orders"), 26, 1, 30, 1)
+    assert describe(done, tmp_path) == "warehouse/orders: files read 26 -> 1, on disk 30 -> 1"
+    remote = Maintained("s3a://bucket/warehouse/orders", 3, 1, None, None)
+    assert describe(remote, tmp_path) == "s3a://bucket/warehouse/orders: files read 3 -> 1"
