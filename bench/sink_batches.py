@@ -41,6 +41,10 @@ from pathlib import Path
 ROOT = Path(os.environ.get("TIDE_TREE", Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(ROOT))
 
+# bench/, beside this script
+from proc_cpu import print_python_workers_cpu, process_cpu  # noqa: E402
+from sink_optimize import optimize_every  # noqa: E402
+
 # Records with Connect's schema, which both decoders read: this tree keeps them apart from its schemaless ones.
 _WITH_SCHEMA = ROOT / "tests/unit/fixtures/debezium_records_with_schema.json"
 FIXTURES = json.loads(
@@ -223,11 +227,11 @@ def measure(spark, runner: Runner, kafka, batch_id: int, rows: int) -> dict:
     rules.resetMetrics()
     compiled_before = _compiled(codegen)
     jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
-    cpu_before = _process_cpu(jvm), _process_cpu(os.getpid())
+    cpu_before = process_cpu(jvm), process_cpu(os.getpid())
     started = time.monotonic()
     runner.apply(kafka, batch_id)
     seconds = time.monotonic() - started
-    cpu_after = _process_cpu(jvm), _process_cpu(os.getpid())
+    cpu_after = process_cpu(jvm), process_cpu(os.getpid())
     tracker = sc.statusTracker()
     jobs = tracker.getJobIdsForGroup(group)
     stages, ran = set(), set()
@@ -276,12 +280,6 @@ def _job_descriptions(spark, jobs: set[int]) -> list[str]:
             text = description.get() if description.isDefined() else job.name()
             found.append((job.jobId(), f"{text[:90]} [{job.numTasks()} tasks]"))
     return [text for _, text in sorted(found)]
-
-
-def _process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _compiled(codegen) -> tuple[int, float]:
@@ -360,7 +358,7 @@ def main() -> None:
                 kafka.count()
                 print(json.dumps(measure(spark, runner, kafka, batch_id, args.rows)), flush=True)
                 kafka.unpersist()
-                _maybe_optimize(spark, runner, batch_id + 1, args.optimize_every)
+                optimize_every(spark, runner.sink.folders(), batch_id + 1, args.optimize_every)
         else:
             batch_id = 0
             for first in range(0, args.seed, args.seed_batch):
@@ -379,51 +377,9 @@ def main() -> None:
                       flush=True)
                 kafka.unpersist()
                 batch_id += 1
-                _maybe_optimize(spark, runner, step + 1, args.optimize_every)
-    _print_python_workers_cpu()
+                optimize_every(spark, runner.sink.folders(), step + 1, args.optimize_every)
+    print_python_workers_cpu()
     spark.stop()
-
-
-def _maybe_optimize(spark, runner: Runner, done: int, every: int) -> None:
-    """After every `every` batches: each table's full read (as `tide verify` reads it), then its compaction
-    and vacuum (a week's retention: nothing deleted), then the same read again; one JSON line."""
-    if not every or done % every:
-        return
-    from spark_jobs.sinks.delta.maintenance import DEFAULT_RETAIN_HOURS, delta_tables, maintain, session_settings
-
-    for key, value in session_settings(spark, DEFAULT_RETAIN_HOURS).items():
-        spark.conf.set(key, value)
-
-    def read_s(path: str) -> float:
-        started = time.monotonic()
-        spark.read.format("delta").load(path).selectExpr("sum(length(to_json(struct(*))))").collect()
-        return round(time.monotonic() - started, 2)
-
-    for path in delta_tables(runner.sink.folders()):
-        before = read_s(path)
-        started = time.monotonic()
-        found = maintain(spark, path)
-        seconds = round(time.monotonic() - started, 2)
-        print(json.dumps({"phase": "optimize", "after_batches": done, "table": Path(path).name, "seconds": seconds,
-                          "files": [found.files_before, found.files_after], "read_s": [before, read_s(path)]}),
-              flush=True)
-
-
-def _print_python_workers_cpu() -> None:
-    """CPU seconds of the local Python workers (`python -m <daemon module>` and its forks, and the
-    children they reaped), from /proc."""
-    import glob
-
-    ticks = 0
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            cmd = Path(stat).with_name("cmdline").read_bytes()
-            if cmd.split(b"\0")[1:2] == [b"-m"] and b"daemon" in cmd:
-                f = Path(stat).read_text().rsplit(")", 1)[1].split()
-                ticks += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
-        except OSError:
-            pass
-    print(json.dumps({"python_workers_cpu_s": ticks / os.sysconf("SC_CLK_TCK")}), flush=True)
 
 
 if __name__ == "__main__":
