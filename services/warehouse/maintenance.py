@@ -87,9 +87,10 @@ def paused(settings: StackSettings, sinks: list[str], report: Report,
            deadline_s: float = PAUSE_DEADLINE_S) -> Iterator[None]:
     """Pause the queries of `sinks` that run, until the block ends; those already paused are left so."""
     path = driver.paused_file(settings)
-    ours = set(sinks) - control.read_paused(path)
+    held = control.read_paused(path)
+    ours = set(sinks) - held
     if ours:
-        control.write_paused(path, control.read_paused(path) | ours)
+        control.write_paused(path, held | ours)
         report(f"pausing {', '.join(sorted(ours))}")
     try:
         deadline = time.monotonic() + deadline_s

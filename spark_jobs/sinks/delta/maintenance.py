@@ -52,8 +52,6 @@ def delta_tables(folders: list[str]) -> list[str]:
             if "_delta_log" in dirs:
                 found.append(root)
                 dirs.clear()
-            else:
-                dirs.sort()
     return sorted(found)
 
 
