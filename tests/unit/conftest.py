@@ -6,6 +6,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# Hypothesis fails an example that takes over 200 ms: on this 2-core machine with a stack running beside
+# the tests that measures the load, not the code (test_derived_views' interval property failed so on
+# 2026-12-02 and passed alone). The properties keep their examples; only the clock is dropped.
+settings.register_profile("tideline", deadline=None)
+settings.load_profile("tideline")
 
 
 # The Spark JVM of a pytest run is launched once, by its first session, with the classpath it keeps:
