@@ -13,7 +13,7 @@ from spark_jobs.model.config import PipelineConfig, check_schema, load
 from spark_jobs.model.errors import TidelineError
 from spark_jobs.model.settings import JobSettings, read_settings
 from spark_jobs.pipeline import live_catalogue
-from spark_jobs.realtime import local_master
+from spark_jobs.realtime import cluster_conf, local_master
 from spark_jobs.runtime import drivers, keep_alive
 from spark_jobs.runtime.session import build_session
 from spark_jobs.supervise import supervise
@@ -28,7 +28,8 @@ def main() -> None:
     settings = _or_refused(read_settings)
     pipeline = _or_refused(lambda: _checked_pipeline(settings))
     spark = build_session("tideline-apply", settings.jars_dir, master=local_master(settings, pipeline),
-                          driver_memory=settings.driver_memory, jvm_options=settings.jvm_options.split())
+                          driver_memory=settings.driver_memory, jvm_options=settings.jvm_options.split(),
+                          conf=cluster_conf(settings, pipeline))
     jvm = keep_alive.launched_jvm(spark)
     keep_alive.exit_with_the_jvm(jvm)
     keep_alive.run_until_the_jvm_ends(jvm, lambda: supervise(spark, settings, pipeline))

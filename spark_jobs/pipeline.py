@@ -31,7 +31,7 @@ from spark_jobs.changes.stream import decode_stream
 from spark_jobs.model.catalogue import LiveCatalogue
 from spark_jobs.model.config import PipelineConfig
 from spark_jobs.model.settings import JobSettings
-from spark_jobs.realtime import QueryGroup, create_topic, follow_up, partitions_read, require_slots, task_slots_of
+from spark_jobs.realtime import QueryGroup, batch_slots, create_topic, follow_up, partitions_read, require_slots
 from spark_jobs.realtime import start as start_realtime
 from spark_jobs.runtime import checkpoints
 from spark_jobs.runtime.backoff import wait_until
@@ -200,5 +200,5 @@ def realtime_slots(spark: SparkSession, settings: JobSettings, pipeline: Pipelin
                if other != sink_name and f"tideline-{other}" in running)
     # The micro-batch queries' slots, follow-up queries of real-time sinks included (local_master adds
     # the real-time slots on top of these).
-    reserved = task_slots_of(settings.master) or 0
+    reserved = batch_slots(settings)
     require_slots(spark, sink_name, partitions_read(pipeline, sink_name), held, reserved)

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("tideline.realtime")
 
 _LOCAL = re.compile(r"^local\[(\d+|\*)(,\d+)?\]$")
+# A cluster's task slots for the micro-batch queries: what local[4] gives them locally.
+CLUSTER_BATCH_SLOTS = 4
 
 
 class SlotsError(ConfigurationError):
@@ -65,6 +67,45 @@ def local_master(settings: JobSettings, pipeline: PipelineConfig) -> str | None:
     return f"local[{int(found.group(1)) + extra}{found.group(2) or ''}]"
 
 
+def is_cluster(master: str | None) -> bool:
+    """Whether `master` names a cluster manager (spark://, k8s://, yarn), not a local one or spark-submit's."""
+    return bool(master) and task_slots_of(master) is None
+
+
+def cluster_slots(settings: JobSettings, pipeline: PipelineConfig) -> int:
+    """Task slots the jobs ask a cluster master for: the micro-batch queries' (CLUSTER_BATCH_SLOTS) and one
+    per partition the real-time queries read, rounded up to an equal number per executor."""
+    per_executor = -(-(CLUSTER_BATCH_SLOTS + needed_slots(settings, pipeline)) // settings.executors)
+    return per_executor * settings.executors
+
+
+def cluster_conf(settings: JobSettings, pipeline: PipelineConfig) -> dict[str, str]:
+    """A cluster master's share for the jobs: `executors` executors of equal cores (standalone starts an
+    executor only with all its cores, and more than one per worker only when they are set), together
+    `cluster_slots`. Nothing for a local master or spark-submit's: there they are decided elsewhere."""
+    if not is_cluster(settings.master):
+        return {}
+    slots = cluster_slots(settings, pipeline)
+    conf = {"spark.cores.max": str(slots), "spark.executor.cores": str(slots // settings.executors),
+            "spark.executor.memory": settings.executor_memory}
+    return conf | ({"spark.driver.host": settings.driver_host} if settings.driver_host else {})
+
+
+def batch_slots(settings: JobSettings) -> int:
+    """The task slots kept for the micro-batch queries: a local master's own, or CLUSTER_BATCH_SLOTS."""
+    return task_slots_of(settings.master) or CLUSTER_BATCH_SLOTS
+
+
+def session_slots(spark: SparkSession) -> int | None:
+    """The session's task slots: a local master's, or the cores asked of a cluster (spark.cores.max, what
+    cluster_conf sets); None when a cluster manager decides and nothing says how many."""
+    slots, cores = task_slots_of(spark.sparkContext.master), spark.sparkContext.getConf().get("spark.cores.max")
+    if slots is not None or cores is None:
+        return slots
+    conf = spark.sparkContext.getConf()
+    return int(cores) // int(conf.get("spark.task.cpus", "1") or 1)
+
+
 def outgrown(master: str | None, settings: JobSettings, pipeline: PipelineConfig) -> str | None:
     """The local master a driver needs for `pipeline` when it is larger than `master` (the session's):
     a reload added tables, and so partitions, to a real-time query. None when `master` suffices or is
@@ -85,7 +126,7 @@ def task_slots_of(master: str | None) -> int | None:
 def require_slots(spark: SparkSession, sink: str, partitions: int, held: int, reserved: int) -> None:
     """Refuse to start `sink`'s query when the slots left (after `held` by other real-time queries and
     `reserved` for the micro-batch queries) are fewer than the `partitions` it reads."""
-    slots = task_slots_of(spark.sparkContext.master)
+    slots = session_slots(spark)
     if slots is None:
         log.warning("%s: cannot count a cluster's task slots; it needs %d free for its partitions", sink, partitions)
         return
@@ -94,7 +135,8 @@ def require_slots(spark: SparkSession, sink: str, partitions: int, held: int, re
         raise SlotsError(
             f"the real-time {sink} query reads {partitions} Kafka partitions but only {max(free, 0)} of "
             f"{spark.sparkContext.master}'s {slots} task slots are free ({held} held by other real-time queries, "
-            f"{reserved} kept for the micro-batch queries): give the driver more slots (TIDE_JOB_MASTER) or "
+            f"{reserved} kept for the micro-batch queries): give the driver more slots (TIDE_JOB_MASTER, or a "
+            "cluster's TIDE_JOB_EXECUTORS and its workers' cores) or "
             "run it as micro-batches (remove it from TIDE_JOB_REALTIME_SINKS)")
 
 
@@ -199,5 +241,6 @@ def follow_up(main: StreamingQuery, records: DataFrame, sink: Sink, settings: Jo
         return QueryGroup(main, stream.start())
 
 
-__all__ = ["FollowUpWriter", "QueryGroup", "SlotsError", "create_topic", "follow_up", "local_master", "needed_slots",
+__all__ = ["CLUSTER_BATCH_SLOTS", "FollowUpWriter", "QueryGroup", "SlotsError", "batch_slots", "cluster_conf",
+           "cluster_slots", "create_topic", "follow_up", "is_cluster", "local_master", "needed_slots",
            "outgrown", "partitions_read", "require_slots", "start", "task_slots_of"]

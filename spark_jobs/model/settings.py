@@ -86,6 +86,12 @@ class JobSettings(BaseSettings):
     # (measured: a 224-record warehouse batch took 10.7 minutes). A stage still has at most 2 tasks
     # (spark.default.parallelism), so the extra slots serve the other queries.
     master: str | None = "local[4]"
+    # A cluster master (spark://...): how many executors the jobs ask it for (the task slots they need are
+    # split evenly among them: realtime.cluster_conf), each one's heap, and the address the executors reach
+    # the driver at (spark.driver.host; unset: Spark's choice, the machine's name). docs/cluster.md.
+    executors: int = Field(default=2, ge=1)
+    executor_memory: Annotated[str, Field(pattern=r"^\d+[mMgG]$")] = "1g"
+    driver_host: str | None = None
     # The whole local[4] job runs in this heap: four queries, two of them holding 20,000-record batches
     # (persisted) while Delta reads history tables. 1g died of OutOfMemoryError in the drain benchmark.
     driver_memory: str = "2g"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.runtime import class_archive
+from spark_jobs.runtime import class_archive, code_archive
 
 # The scheduler pools' weights and minimum shares, one pool per sink's query.
 POOLS = Path(__file__).with_name("pools.xml")
@@ -66,12 +66,15 @@ def build_session(
     driver_memory: str = "1g",
     shuffle_partitions: int = 2,
     jvm_options: list[str] | None = None,
+    conf: dict[str, str] | None = None,
 ) -> SparkSession:
     """A session with the Kafka source and Delta Lake on the classpath.
 
     master=None leaves the master to spark-submit (`--master spark://...`), so the
     same job runs unchanged on a cluster. A local driver's JVM maps the class archive when `tide stack
-    fetch` wrote one (class_archive.py), then takes `jvm_options` (TIDE_JOB_JVM_OPTIONS).
+    fetch` wrote one (class_archive.py), then takes `jvm_options` (TIDE_JOB_JVM_OPTIONS); a cluster's
+    executors take them too, and the package's code (code_archive.py). `conf`: more settings (a cluster's
+    share: realtime.cluster_conf).
     """
     builder = (
         SparkSession.builder.appName(app_name)
@@ -107,15 +110,15 @@ def build_session(
     )
     if master:
         builder = builder.master(master)
+        # A JVM out of heap ends at once (the keep-alive starts the driver again: spark_jobs/runtime/keep_alive.py;
+        # a cluster's worker an executor) rather than limping on with threads that died of the error.
+        on_heap_exhausted = ["-XX:+ExitOnOutOfMemoryError", *(jvm_options or [])]
+        builder = builder.config("spark.driver.extraJavaOptions",
+                                 " ".join([*class_archive.reading(jar_dir), *on_heap_exhausted]))
         if master.startswith("local"):
             # Driver and executors share this process: its RPC and block-manager ports need not leave
             # loopback (Spark binds every interface by default). A cluster run sets these itself.
             builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-            # A JVM out of heap ends at once (the keep-alive starts it again: spark_jobs/runtime/keep_alive.py)
-            # rather than limping on with threads that died of the error.
-            options = ["-XX:+ExitOnOutOfMemoryError",
-                       *class_archive.reading(jar_dir), *(jvm_options or [])]
-            builder = builder.config("spark.driver.extraJavaOptions", " ".join(options))
             # Python workers import pyspark from the installed package, not Spark's zip archives, which
             # cost every task ~90 ms (spark_jobs/runtime/worker_daemon.py).
             builder = builder.config("spark.python.daemon.module", "spark_jobs.runtime.worker_daemon")
@@ -126,7 +129,14 @@ def build_session(
             # 10 ms (docs/apply.md, "Fixed cost per batch"). Spark uses this manager itself wherever
             # FileContext is missing; on a local disk its rename is the POSIX one, atomic.
             builder = builder.config("spark.sql.streaming.checkpointFileManagerClass", _CHECKPOINT_FILES)
+        else:
+            builder = builder.config("spark.executor.extraJavaOptions", " ".join(on_heap_exhausted))
         # Local Python workers run this interpreter (the project's environment), not whatever
         # `python3` is first on PATH. On a cluster, PYSPARK_PYTHON names the workers' interpreter.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return builder.getOrCreate()
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if master and not master.startswith("local"):
+        spark.sparkContext.addPyFile(str(code_archive.for_this_driver()))
+    return spark

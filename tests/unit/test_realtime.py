@@ -11,7 +11,16 @@ import pytest
 from spark_jobs.model import config
 from spark_jobs.model.catalogue import Column
 from spark_jobs.model.settings import JobSettings, JobSettingsError, read_settings
-from spark_jobs.realtime import SlotsError, local_master, needed_slots, outgrown, require_slots, task_slots_of
+from spark_jobs.realtime import (
+    CLUSTER_BATCH_SLOTS,
+    SlotsError,
+    cluster_conf,
+    local_master,
+    needed_slots,
+    outgrown,
+    require_slots,
+    task_slots_of,
+)
 from spark_jobs.supervise import columns_changed
 from tests.demo_catalogue import demo_catalogue
 
@@ -64,15 +73,21 @@ def test_slots_are_counted_for_local_masters_only():
 
 
 class _Context:
-    def __init__(self, master: str) -> None:
-        self.master = master
+    def __init__(self, master: str, conf: dict[str, str]) -> None:
+        self.master, self.conf = master, conf
+
+    def getConf(self) -> _Context:  # noqa: N802 - SparkContext's name
+        return self
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.conf.get(key, default)
 
 
 class _Session:
-    """Only the master's name is read: the check runs before any query starts."""
+    """Only the master's name and the cores asked of a cluster are read: the check runs before any query starts."""
 
-    def __init__(self, master: str) -> None:
-        self.sparkContext = _Context(master)
+    def __init__(self, master: str, **conf: str) -> None:
+        self.sparkContext = _Context(master, {key.replace("_", "."): value for key, value in conf.items()})
 
 
 def test_a_query_that_would_be_starved_is_refused_naming_the_fix():
@@ -80,6 +95,28 @@ def test_a_query_that_would_be_starved_is_refused_naming_the_fix():
     with pytest.raises(SlotsError, match=r"reads 12 Kafka partitions but only 0 of local\[16\]'s 16 task slots are "
                                          r"free \(12 held by other real-time queries, 4 kept .*TIDE_JOB_MASTER"):
         require_slots(_Session("local[16]"), "cache", 12, held=12, reserved=4)
+
+
+def test_a_cluster_master_is_asked_for_equal_executors_holding_every_real_time_partition_and_the_batch_slots():
+    partitions = needed_slots(JobSettings(), PIPELINE)  # search's and cache's
+    two = cluster_conf(JobSettings(master="spark://m:7077", executors=2, driver_host="127.0.0.1"), PIPELINE)
+    assert two == {"spark.cores.max": str(CLUSTER_BATCH_SLOTS + partitions),
+                   "spark.executor.cores": str((CLUSTER_BATCH_SLOTS + partitions) // 2),
+                   "spark.executor.memory": "1g", "spark.driver.host": "127.0.0.1"}
+    # Standalone starts an executor only with all its cores: three executors get a whole share each.
+    three = cluster_conf(JobSettings(master="spark://m:7077", executors=3, executor_memory="2g"), PIPELINE)
+    share = -(-(CLUSTER_BATCH_SLOTS + partitions) // 3)
+    assert (three["spark.executor.cores"], three["spark.cores.max"]) == (str(share), str(3 * share))
+    assert "spark.driver.host" not in three and three["spark.executor.memory"] == "2g"
+    assert cluster_conf(JobSettings(master="local[4]"), PIPELINE) == {}
+    assert cluster_conf(JobSettings(master=None), PIPELINE) == {}, "spark-submit's own settings decide"
+
+
+def test_on_a_cluster_the_slots_counted_are_the_cores_asked_for():
+    require_slots(_Session("spark://m:7077", spark_cores_max="28"), "cache", 12, held=12, reserved=4)
+    with pytest.raises(SlotsError, match=r"only 4 of spark://m:7077's 20 task slots are free .*TIDE_JOB_EXECUTORS"):
+        require_slots(_Session("spark://m:7077", spark_cores_max="20"), "cache", 12, held=12, reserved=4)
+    require_slots(_Session("spark://m:7077"), "cache", 12, held=12, reserved=4)  # nothing says: a warning only
 
 
 def test_a_real_time_query_is_restarted_only_when_its_own_tables_columns_changed():
