@@ -80,6 +80,11 @@ class StackSettings(BaseSettings):
     elasticsearch_transport_port: Port = 9300
     # The query API (`tide api`, and the managed process `tide up` starts).
     api_port: Port = 8000
+    # The cluster profile's Spark standalone master (RPC, web UI and its JSON); worker N's web UI is
+    # spark_worker_webui_port + N - 1 (docs/cluster.md).
+    spark_master_port: Port = 7077
+    spark_master_webui_port: Port = 8080
+    spark_worker_webui_port: Port = 8091
 
     # Heaps sized so everything fits a 2-core, 24 GiB machine together with Spark.
     kafka_heap: JvmSize = "512m"
@@ -94,6 +99,18 @@ class StackSettings(BaseSettings):
     job_redis_db: int = Field(default=0, ge=0, le=15)
     # The queries run in Spark's Real-Time Mode (docs/apply.md); the others run micro-batches.
     job_realtime_sinks: Annotated[list[str], NoDecode] = list(REALTIME_CAPABLE)
+
+    # The cluster profile (docs/cluster.md): with N > 0 the stack runs a Spark standalone master and N
+    # workers, each a process of its own, and the jobs run on them (TIDE_JOB_MASTER=spark://...). 0: the
+    # jobs run in a local driver.
+    spark_workers: int = Field(default=0, ge=0, le=8)
+    # What each worker offers executors. Cores are task slots, not CPUs: a real-time task holds one for as
+    # long as its query runs, mostly waiting in Kafka's fetch, and the jobs ask for one per partition their
+    # real-time queries read plus 4 (the demo: 28; a chaos run's pipeline more). Each worker offers all the
+    # jobs need, so either one alone takes the other's executors when it dies (docs/cluster.md).
+    spark_worker_cores: int = Field(default=64, ge=1)
+    spark_worker_memory: JvmSize = "3g"
+    job_executor_memory: JvmSize = "1g"
 
     startup_timeout_s: float = Field(default=240.0, gt=0)
 
@@ -123,6 +140,9 @@ class StackSettings(BaseSettings):
         """Every port field of a service this stack runs, by name (used for the distinctness check and
         the port-in-use check): an existing PostgreSQL's port is its own business."""
         ports = {name: value for name, value in self.model_dump().items() if name.endswith("_port")}
+        # The cluster profile's workers after the first take the web UI ports after its.
+        ports |= {f"spark_worker_{number}_webui_port": self.spark_worker_webui_port + number - 1
+                  for number in range(2, self.spark_workers + 1)}
         if self.source_external:
             del ports["postgres_port"]
         return ports
@@ -148,6 +168,11 @@ class StackSettings(BaseSettings):
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:  # a name
             return self.host == "localhost"
+
+    @property
+    def spark_cluster(self) -> bool:
+        """Whether the jobs run on a Spark standalone cluster of the stack's own (the cluster profile)."""
+        return self.spark_workers > 0
 
     def host_of(self, service: Literal["postgres", "redis", "kafka", "connect", "elasticsearch"]) -> str:
         """The host clients use to reach `service`: its own setting, else `host`."""

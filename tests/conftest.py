@@ -43,6 +43,9 @@ def stack_ports(band: int, shift: int = 0) -> dict[str, int]:
         "elasticsearch_port": 9200,
         "elasticsearch_transport_port": 9300,
         "api_port": 8000,
+        "spark_master_port": 7077,
+        "spark_master_webui_port": 8080,
+        "spark_worker_webui_port": 8091,
     }
     return {name: band * 10_000 + port + shift + _PORT_OFFSET for name, port in usual.items()}
 
@@ -71,7 +74,7 @@ def stack_settings() -> StackSettings:
 def stack(stack_settings: StackSettings) -> StackSettings:
     """The whole local stack, healthy. Stopped at the end unless it was already running."""
     already_up = all(
-        process.running(runner.pid_file(stack_settings, service)) for service in runner.select()
+        process.running(runner.pid_file(stack_settings, service)) for service in runner.select(stack_settings)
     )
     runner.up(stack_settings)
     yield stack_settings

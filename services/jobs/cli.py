@@ -8,7 +8,7 @@ import typer
 
 from services.console import console, load_settings, reporter, user_errors
 from services.jobs import driver, rebuild
-from services.stack import process, runner
+from services.stack import process, runner, spark
 from services.stack.service import StackError
 from spark_jobs.model.settings import SINKS
 from spark_jobs.model.sink_registry import spec_of
@@ -21,10 +21,11 @@ rebuild_app = typer.Typer()
 
 @jobs_app.command()
 def start() -> None:
-    """Start the driver (local[4]) and wait until every sink's query runs. Idempotent."""
+    """Start the driver (local[4], or on the cluster profile's master); wait until every query runs. Idempotent."""
     settings = load_settings()
     with user_errors():
-        for needed in ("kafka", "elasticsearch", "redis"):
+        needs = ["kafka", "elasticsearch", "redis", *(service.name for service in spark.members(settings))]
+        for needed in needs:
             if not next(row for row in runner.status(settings) if row.name == needed).healthy:
                 raise StackError(f"{needed} is not healthy: run `tide stack up` first")
         runner.start_and_wait(settings, [driver.SERVICE], report=reporter())

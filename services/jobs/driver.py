@@ -11,7 +11,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from services.settings import StackSettings
-from services.stack import elasticsearch, jars, postgres
+from services.stack import elasticsearch, jars, postgres, spark
 from services.stack.service import Service, StackError, Unhealthy
 from spark_jobs.model import catalogue, config
 from spark_jobs.model.config import load
@@ -50,6 +50,19 @@ def job_env(settings: StackSettings) -> dict[str, str]:
         "TIDE_JOB_MAX_OFFSETS_PER_TRIGGER": str(settings.job_max_offsets_per_trigger),
         "TIDE_JOB_DRIVER_MEMORY": settings.job_driver_memory,
         "TIDE_JOB_REALTIME_SINKS": json.dumps(settings.job_realtime_sinks),
+    } | cluster_env(settings)
+
+
+def cluster_env(settings: StackSettings) -> dict[str, str]:
+    """The cluster profile's jobs: submitted to its master, one executor per worker, the driver reached on
+    the stack's host (docs/cluster.md). Nothing without the profile: the jobs run in a local driver."""
+    if not settings.spark_cluster:
+        return {}
+    return {
+        "TIDE_JOB_MASTER": spark.master_url(settings),
+        "TIDE_JOB_EXECUTORS": str(settings.spark_workers),
+        "TIDE_JOB_EXECUTOR_MEMORY": settings.job_executor_memory,
+        "TIDE_JOB_DRIVER_HOST": settings.host,
     }
 
 

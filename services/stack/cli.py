@@ -73,7 +73,7 @@ def logs(
     """Print the end of a service's log (its path is shown by `status`)."""
     settings = load_settings()
     with user_errors():
-        (selected,) = [s for s in runner.select([service]) if s.name == service]
+        (selected,) = [s for s in runner.select(settings, [service]) if s.name == service]
     path = runner.log_file(settings, selected)
     if not path.exists():
         console.print(f"no log yet at {path}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from services.settings import StackSettings
 from services.stack import postgres, process
 from services.stack.jars import ensure
-from services.stack.members import MEMBERS, managed
+from services.stack.members import every_member, managed, members
 from services.stack.service import Service, StackError, Unhealthy
 
 Report = Callable[[str, str], None]
@@ -39,19 +39,20 @@ def log_file(settings: StackSettings, service: Service) -> Path:
     return settings.logs_dir / f"{service.name}.log"
 
 
-def select(names: Iterable[str] | None = None) -> list[Service]:
-    """The named services plus everything they start after, in the members' order."""
-    wanted = set(names or MEMBERS)
-    unknown = wanted - set(MEMBERS)
+def select(settings: StackSettings, names: Iterable[str] | None = None) -> list[Service]:
+    """The named services of this stack plus everything they start after, in the members' order."""
+    known = members(settings)
+    wanted = set(names or known)
+    unknown = wanted - set(known)
     if unknown:
-        raise StackError(f"unknown service {', '.join(sorted(unknown))}; known: {', '.join(MEMBERS)}")
+        raise StackError(f"unknown service {', '.join(sorted(unknown))}; known: {', '.join(known)}")
     pending = list(wanted)
     while pending:
-        for dependency in MEMBERS[pending.pop()].after:
+        for dependency in known[pending.pop()].after:
             if dependency not in wanted:
                 wanted.add(dependency)
                 pending.append(dependency)
-    return [service for name, service in MEMBERS.items() if name in wanted]
+    return [service for name, service in known.items() if name in wanted]
 
 
 def _probe(settings: StackSettings, service: Service) -> tuple[bool, str]:
@@ -130,7 +131,7 @@ def up(settings: StackSettings, names: Iterable[str] | None = None, report: Repo
                          "unset TIDE_POSTGRES_URL to run the local one")
     if settings.source_external and not names:
         report(postgres.SERVICE.name, f"yours, at {postgres.address(settings)}: healthy ({probe_source(settings)})")
-    start_and_wait(settings, [service for service in select(names) if service.name in ours], report)
+    start_and_wait(settings, [service for service in select(settings, names) if service.name in ours], report)
 
 
 def probe_source(settings: StackSettings) -> str:
@@ -189,18 +190,22 @@ def start_and_wait(settings: StackSettings, services: list[Service], report: Rep
             time.sleep(0.5)  # poll interval between health probes
 
 
-def with_dependants(names: Iterable[str]) -> list[Service]:
+def with_dependants(settings: StackSettings, names: Iterable[str]) -> list[Service]:
     """The named services plus every service that starts after them (stopping Kafka stops Connect)."""
-    wanted = {service.name for service in select(names) if service.name in set(names)}
-    for service in MEMBERS.values():  # the members' order: dependencies come first
+    every = every_member(settings)  # the members' order: dependencies come first
+    unknown = set(names) - {service.name for service in every}
+    if unknown:
+        raise StackError(f"unknown service {', '.join(sorted(unknown))}; known: {', '.join(members(settings))}")
+    wanted = set(names)
+    for service in every:
         if wanted & set(service.after):
             wanted.add(service.name)
-    return [service for name, service in MEMBERS.items() if name in wanted]
+    return [service for service in every if service.name in wanted]
 
 
 def down(settings: StackSettings, names: Iterable[str] | None = None, report: Report = lambda n, s: None) -> None:
     """Stop exactly the processes the stack started (by pid file), dependants first. Data stays."""
-    stop(settings, with_dependants(names) if names else list(MEMBERS.values()), report)
+    stop(settings, with_dependants(settings, names) if names else every_member(settings), report)
 
 
 def stop(settings: StackSettings, services: list[Service], report: Report = lambda n, s: None) -> list[str]:
@@ -215,7 +220,7 @@ def stop(settings: StackSettings, services: list[Service], report: Report = lamb
 
 def status(settings: StackSettings, services: Iterable[Service] | None = None) -> list[ServiceStatus]:
     rows = []
-    for service in services or MEMBERS.values():
+    for service in services or members(settings).values():
         started = process.running(pid_file(settings, service))
         healthy, detail = _probe(settings, service) if started else (False, "not running")
         if service.name == postgres.SERVICE.name and settings.source_external:

@@ -25,13 +25,20 @@ from services.demo import workload
 from services.jobs import driver
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
-from services.stack.members import MEMBERS, managed
+from services.stack.members import MEMBERS, every_member, managed
 from services.stack.rows import scalar
 from services.stack.runner import Report
 from services.stack.service import Service, StackError
 
-# Every process `up` may start, in start order (`down` stops them last first).
-PROCESSES: list[Service] = [*MEMBERS.values(), driver.SERVICE, server.SERVICE]
+# The processes `up` starts after the stack's members: the jobs' driver, then the query API.
+APPLICATION: list[Service] = [driver.SERVICE, server.SERVICE]
+# Every process `up` starts without the cluster profile, in start order (`down` stops them last first).
+PROCESSES: list[Service] = [*MEMBERS.values(), *APPLICATION]
+
+
+def processes(settings: StackSettings) -> list[Service]:
+    """Every process `up` may have started for this stack, the cluster profile's included, in start order."""
+    return [*every_member(settings), *APPLICATION]
 
 
 def process_named(name: str) -> Service:
@@ -151,20 +158,21 @@ def _uninterruptible() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def up(settings: StackSettings, plan: list[Step], display: Display, processes: list[Service] = PROCESSES) -> None:
+def up(settings: StackSettings, plan: list[Step], display: Display) -> None:
     """Run each step in order. On Ctrl-C, stop what this call started (not what already ran) and raise
     Interrupted. Any other failure leaves what runs running, to inspect (`tide stack status`, logs)."""
-    before = running(settings, processes)
+    every = processes(settings)
+    before = running(settings, every)
     try:
         for step in plan:
             report = display.begin(step.name)
             display.done(step.name, step.run(settings, report))
     except KeyboardInterrupt:
         with _uninterruptible():
-            stopped = runner.stop(settings, [service for service in processes if service.name not in before])
+            stopped = runner.stop(settings, [service for service in every if service.name not in before])
         raise Interrupted(stopped) from None
 
 
-def down(settings: StackSettings, report: Report, processes: list[Service] = PROCESSES) -> list[str]:
+def down(settings: StackSettings, report: Report) -> list[str]:
     """Stop every process `up` starts, API and jobs first, then the stack. Data stays."""
-    return runner.stop(settings, processes, report)
+    return runner.stop(settings, processes(settings), report)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.stack
 
 
 def test_every_stack_service_listens_on_loopback_only(stack: StackSettings):
-    for service in runner.select():
+    for service in runner.select(stack):
         started = process.running(runner.pid_file(stack, service))
         assert started, f"{service.name} is not running"
         sockets = listening(descendants(started.pid))

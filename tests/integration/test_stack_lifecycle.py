@@ -34,7 +34,7 @@ def mini_settings(tmp_path_factory) -> StackSettings:
 def _pids(settings: StackSettings) -> dict[str, int]:
     return {
         service.name: started.pid
-        for service in runner.select(SERVICES)
+        for service in runner.select(settings, SERVICES)
         if (started := process.running(runner.pid_file(settings, service)))
     }
 

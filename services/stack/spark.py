@@ -1,0 +1,143 @@
+"""The cluster profile's Spark standalone cluster (docs/cluster.md): Spark's own master and workers from the
+installed PySpark, each a process of its own that the runner starts, probes and stops like any member.
+
+Executors are started by the workers, not by the stack: the jobs' driver asks the master for them
+(TIDE_JOB_MASTER=spark://...), and a worker that dies takes its executors with it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import httpx
+
+from services.settings import StackSettings
+from services.stack.service import Service, StackError, Unhealthy
+from services.versions import PROJECT_ROOT
+
+MASTER = "spark-master"
+WORKER_PREFIX = "spark-worker-"
+CONF_DIR = PROJECT_ROOT / "services" / "stack" / "assets" / "spark"
+# How long the master's or a worker's web UI may take to answer (a loaded machine's two cores are shared).
+HTTP_TIMEOUT_S = 10.0
+# The daemons' own heaps (Spark's default is 1g each): they only schedule, the executors do the work.
+DAEMON_HEAP = "256m"
+
+
+def spark_home() -> Path:
+    """The installed PySpark package: it carries Spark's jars and bin/spark-class, which the master, the
+    workers and the executors the workers start all run from."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise StackError("PySpark is not installed: run `make setup`")
+    return Path(spec.origin).parent
+
+
+def master_url(settings: StackSettings) -> str:
+    return f"spark://{settings.host}:{settings.spark_master_port}"
+
+
+def master_json_url(settings: StackSettings) -> str:
+    return f"http://{settings.host}:{settings.spark_master_webui_port}/json/"
+
+
+def worker_webui_port(settings: StackSettings, number: int) -> int:
+    return settings.spark_worker_webui_port + number - 1
+
+
+def _daemon_env(settings: StackSettings) -> dict[str, str]:
+    # spark-class reads SPARK_HOME for the jars and SPARK_CONF_DIR for the logging; a worker passes both to
+    # the executors it starts.
+    return {"SPARK_HOME": str(spark_home()), "SPARK_CONF_DIR": str(CONF_DIR), "SPARK_DAEMON_MEMORY": DAEMON_HEAP,
+            "SPARK_LOCAL_IP": settings.host}
+
+
+def _spark_class(main: str, args: list[str]) -> list[str]:
+    # Through spark-class rather than java: its launcher adds the JVM module options Spark needs on
+    # Java 17, for the daemons as for the executors the workers start.
+    return [str(spark_home() / "bin" / "spark-class"), main, *args]
+
+
+def master_command(settings: StackSettings) -> list[str]:
+    return _spark_class("org.apache.spark.deploy.master.Master", [
+        "--host", settings.host, "--port", str(settings.spark_master_port),
+        "--webui-port", str(settings.spark_master_webui_port)])
+
+
+def read_master(settings: StackSettings) -> dict:
+    """The master's own view (its web UI's JSON): workers, their cores and memory, the applications."""
+    try:
+        response = httpx.get(master_json_url(settings), timeout=HTTP_TIMEOUT_S)
+        response.raise_for_status()
+        return response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise Unhealthy(f"master not answering at {master_json_url(settings)}: {exc}") from exc
+
+
+def probe_master(settings: StackSettings) -> str:
+    found = read_master(settings)
+    if found.get("status") != "ALIVE":
+        raise Unhealthy(f"master is {found.get('status')}")
+    return f"{found.get('aliveworkers', 0)} workers alive, {found['url']}"
+
+
+def alive_worker(settings: StackSettings, number: int) -> dict:
+    """The master's record of worker `number`, registered and alive; Unhealthy otherwise."""
+    port = worker_webui_port(settings, number)
+    for worker in read_master(settings).get("workers", []):
+        if worker.get("webuiaddress", "").endswith(f":{port}") and worker.get("state") == "ALIVE":
+            return worker
+    raise Unhealthy(f"not registered with the master at {master_url(settings)} yet")
+
+
+def worker(number: int) -> Service:
+    """Worker `number` (1, 2, ...): its web UI on spark_worker_webui_port + number - 1, its own work folder
+    (executors' logs and fetched files), the cores and memory the settings give each worker."""
+
+    def command(settings: StackSettings) -> list[str]:
+        work = settings.state_dir / "spark" / f"worker-{number}"
+        work.mkdir(parents=True, exist_ok=True)
+        return _spark_class("org.apache.spark.deploy.worker.Worker", [
+            "--host", settings.host, "--webui-port", str(worker_webui_port(settings, number)),
+            "--cores", str(settings.spark_worker_cores), "--memory", settings.spark_worker_memory,
+            "--work-dir", str(work), master_url(settings)])
+
+    def probe(settings: StackSettings) -> str:
+        found = alive_worker(settings, number)
+        return f"{found['cores']} cores, {found['memory']} MB, {found['coresused']} cores used"
+
+    return Service(name=f"{WORKER_PREFIX}{number}", port_fields=(), command=command, probe=probe,
+                   after=(MASTER,), env=_daemon_env)
+
+
+MASTER_SERVICE = Service(
+    name=MASTER,
+    port_fields=("spark_master_port", "spark_master_webui_port"),
+    command=master_command,
+    probe=probe_master,
+    env=_daemon_env,
+)
+
+
+def members(settings: StackSettings, workers: int | None = None) -> list[Service]:
+    """The cluster's processes: the master and `workers` workers (by default as many as the profile
+    asks for; none without it)."""
+    count = settings.spark_workers if workers is None else workers
+    return [MASTER_SERVICE, *(worker(number) for number in range(1, count + 1))] if count else []
+
+
+def worker_number(service: Service) -> int:
+    """The number of a worker's service (spark-worker-2: 2)."""
+    return int(service.name.removeprefix(WORKER_PREFIX))
+
+
+def read_worker(settings: StackSettings, number: int) -> dict:
+    """Worker `number`'s own view (its web UI's JSON): its cores and memory, the executors it runs."""
+    url = f"http://{settings.host}:{worker_webui_port(settings, number)}/json/"
+    try:
+        response = httpx.get(url, timeout=HTTP_TIMEOUT_S)
+        response.raise_for_status()
+        return response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise Unhealthy(f"worker {number} not answering at {url}: {exc}") from exc
