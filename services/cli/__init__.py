@@ -10,6 +10,7 @@ from services.capture.connector.cli import connector_app
 from services.capture.connector.snapshot import capture_ops_app
 from services.capture.source.cli import init_command, source_app
 from services.chaos.cli import chaos_command
+from services.cluster.cli import cluster_app
 from services.db.cli import db_app
 from services.demo.cli import demo_app
 from services.jobs.cli import jobs_app, rebuild_app
@@ -31,6 +32,7 @@ app.command("down")(down_command)
 app.command("serve")(serve_command)
 app.command("init")(init_command)
 app.add_typer(stack_app, name="stack")
+app.add_typer(cluster_app, name="cluster")
 app.add_typer(source_app, name="source")
 app.add_typer(tables_app, name="tables")
 app.add_typer(db_app, name="db")
