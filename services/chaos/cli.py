@@ -15,14 +15,17 @@ from services.stack.service import StackError
 
 
 def chaos_command(
-    profile: Annotated[str, typer.Option(help="smoke (a few minutes, CI) or full (30 minutes, by hand)")] = "smoke",
+    profile: Annotated[str, typer.Option(
+        help="smoke (a few minutes, CI), cluster (the same on the cluster profile) or full (30 minutes, by hand)")
+    ] = "smoke",
     seed: Annotated[int | None, typer.Option(help="replay a run: the seed a run printed (default: a new one)")] = None,
 ) -> None:
     """Writers, seeded faults (kill -9, pauses, restarts), then `tide verify` twice; exit 1 unless clean."""
     settings = load_settings()
     with user_errors():
         if profile not in PROFILES:
-            raise StackError(f"unknown profile {profile}: choose {' or '.join(PROFILES)}")
+            *others, last = PROFILES
+            raise StackError(f"unknown profile {profile}: choose {', '.join(others)} or {last}")
         chosen = seed if seed is not None else random.SystemRandom().randrange(1, 1_000_000)
         with terminated_as_exit():
             report = run(settings, PROFILES[profile], chosen, settings.state_dir / "chaos" / f"{profile}-{chosen}",

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 # Every fault the runner can inject (services/chaos/faults.py says what each does).
 KILLS = ("connect", "driver", "kafka", "redis", "elasticsearch")  # kill -9, then restart
 FAULTS = (*KILLS, "pause", "postgres", "walsender", "stale_redelivery")
+# The cluster profile's faults (docs/cluster.md): only a stack that runs it can take them.
+CLUSTER_FAULTS = ("spark_worker",)
 
 
 @dataclass(frozen=True)
@@ -29,10 +31,14 @@ class Profile:
     stale_keys: int = 10  # keys one stale redelivery sends an old change of
     warm_up_s: float = field(default=20.0)  # writes before the first fault
 
+    @property
+    def needs_cluster(self) -> bool:
+        return any(fault in CLUSTER_FAULTS for fault in self.faults)
+
     def __post_init__(self) -> None:
-        unknown = set(self.faults) - set(FAULTS)
+        unknown = set(self.faults) - {*FAULTS, *CLUSTER_FAULTS}
         if unknown:
-            raise ValueError(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}")
+            raise ValueError(f"unknown faults {sorted(unknown)}; known: {', '.join((*FAULTS, *CLUSTER_FAULTS))}")
 
 
 PROFILES = {
@@ -43,6 +49,16 @@ PROFILES = {
         write_s=150.0,
         faults={"connect": 1, "driver": 1, "kafka": 1, "walsender": 1, "pause": 1, "stale_redelivery": 2},
         converge_s=480.0,
+    ),
+    # CI, on the cluster profile (TIDE_SPARK_WORKERS=2): a worker killed with its executors under load.
+    # The local faults are the smoke profile's to test: this one stays short.
+    "cluster": Profile(
+        name="cluster",
+        writers=2,
+        write_s=60.0,
+        faults={"spark_worker": 1},
+        converge_s=480.0,
+        verify_gap_s=10.0,
     ),
     # By hand: half an hour, every fault several times, a 1M-row snapshot under load.
     "full": Profile(

@@ -119,12 +119,22 @@ def test_a_ledger_with_a_gap_or_missing_an_acknowledged_commit_is_a_problem():
 
 def test_a_run_that_saw_no_duplicate_or_no_replay_is_invalid_even_when_verify_is_clean():
     report = Report("smoke", 1, "now", verify_passes=[[], []])
-    report.judge()
+    report.judge(PROFILES["smoke"])
     assert not report.passed and len(report.failures) == 2
     clean = Report("smoke", 1, "now", verify_passes=[[], []], duplicates=3,
                    replays=[observe.Replay("cache", 5, 2.0)])
-    clean.judge()
+    clean.judge(PROFILES["smoke"])
     assert clean.passed
+
+
+def test_only_a_profile_that_kills_connect_kafka_or_the_driver_must_show_duplicates_or_replays():
+    workers_only = Profile("workers", writers=1, write_s=60.0, faults={"spark_worker": 1})
+    report = Report("workers", 1, "now", verify_passes=[[], []])
+    report.judge(workers_only)
+    assert report.passed, "a worker's kill proves itself in the fault (executors started again elsewhere)"
+    diverged = Report("workers", 1, "now", verify_passes=[[], ["a divergence"]])
+    diverged.judge(workers_only)
+    assert not diverged.passed
 
 
 def test_the_chaos_pipeline_captures_the_ledgers_under_names_of_its_own():
@@ -143,7 +153,18 @@ def test_tide_chaos_names_an_unknown_profile_and_the_choices_in_one_line():
 
     result = CliRunner().invoke(app, ["chaos", "--profile", "nope"])
     assert result.exit_code == 1
-    assert result.stderr.strip() == "error: unknown profile nope: choose smoke or full"
+    assert result.stderr.strip() == "error: unknown profile nope: choose smoke, cluster or full"
+
+
+def test_the_cluster_profile_is_refused_on_a_stack_without_it_before_anything_starts(tmp_path):
+    from services.chaos.faults import ChaosError
+    from services.chaos.run import prepare
+    from services.settings import StackSettings
+
+    with pytest.raises(ChaosError, match="run it on the cluster profile \\(set TIDE_SPARK_WORKERS=2"):
+        prepare(StackSettings(state_dir=tmp_path), PROFILES["cluster"], 1, tmp_path / "chaos")
+    assert not (tmp_path / "chaos").exists()
+    assert PROFILES["cluster"].needs_cluster and not PROFILES["smoke"].needs_cluster
 
 
 def test_sigterm_during_a_run_unwinds_through_its_tear_down():
