@@ -23,7 +23,7 @@ from services.bench import measure
 from services.jobs import driver, lag
 from services.settings import StackSettings
 from services.stack import postgres, process, runner
-from services.stack.members import MEMBERS
+from services.stack.members import members
 from services.stack.service import StackError
 from spark_jobs.model.config import PipelineConfig
 from spark_jobs.model.settings import SINKS, JobSettings, SinkName
@@ -173,7 +173,7 @@ class Bench:
     def component_pids(self) -> dict[str, int]:
         """Root pid of each running component (the sampler adds their descendants), and this process."""
         pids = {"bench (load, probes, verify)": os.getpid()}
-        for service in [*MEMBERS.values(), driver.SERVICE]:
+        for service in [*members(self.settings).values(), driver.SERVICE]:
             if started := process.running(runner.pid_file(self.settings, service)):
                 pids[service.name] = started.pid
         return pids

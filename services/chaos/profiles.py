@@ -30,6 +30,8 @@ class Profile:
     pause_s: tuple[float, float] = (3.0, 15.0)  # how long a SIGSTOP lasts, drawn from this range
     stale_keys: int = 10  # keys one stale redelivery sends an old change of
     warm_up_s: float = field(default=20.0)  # writes before the first fault
+    # The demo tables (their snapshot, views, windows and aggregates) in the run's pipeline beside the ledgers.
+    demo_tables: bool = True
 
     @property
     def needs_cluster(self) -> bool:
@@ -50,15 +52,17 @@ PROFILES = {
         faults={"connect": 1, "driver": 1, "kafka": 1, "walsender": 1, "pause": 1, "stale_redelivery": 2},
         converge_s=480.0,
     ),
-    # CI, on the cluster profile (TIDE_SPARK_WORKERS=2): a worker killed with its executors under load.
-    # The local faults are the smoke profile's to test: this one stays short.
+    # CI, on the cluster profile (TIDE_SPARK_WORKERS=2): a worker killed with its executors under load. The
+    # local faults and the demo tables' views are the smoke profile's to test: this one stays short, and its
+    # ledgers go through every sink (with the demo tables' snapshot a run took 10+ minutes on the cluster).
     "cluster": Profile(
         name="cluster",
         writers=2,
-        write_s=60.0,
+        write_s=45.0,
         faults={"spark_worker": 1},
         converge_s=480.0,
         verify_gap_s=10.0,
+        demo_tables=False,
     ),
     # By hand: half an hour, every fault several times, a 1M-row snapshot under load.
     "full": Profile(

@@ -82,16 +82,21 @@ class Report:
             self.failures.append("invalid run: no replayed micro-batch observed (the faults did not bite)")
 
 
-def chaos_pipeline(base: PipelineConfig, writers: int, bulk: bool, label: str) -> PipelineConfig:
-    """The demo tables plus the writers' ledgers (and chaos_bulk) in every sink, under names of the run's own."""
-    # Every view a sink declares, each with its defaults (a derived sink has none: no history on a ledger).
-    ledger_views = TableConfig.model_validate({view: {} for sink in SINKS if (view := spec_of(sink).view)})
+def chaos_pipeline(base: PipelineConfig, writers: int, bulk: bool, label: str, demo: bool = True) -> PipelineConfig:
+    """The demo tables (unless not `demo`) plus the writers' ledgers (and chaos_bulk) in every sink, under
+    names of the run's own."""
+    # Every view a sink declares, each with its defaults (a derived sink has none: no history on a ledger,
+    # unless the demo tables are left out: then the ledgers' history is what the analytics query applies).
+    views: dict[str, dict] = {view: {} for sink in SINKS if (view := spec_of(sink).view)}
+    ledger_views = TableConfig.model_validate(views if demo else {**views, "warehouse": {"history": True}})
     extra = [ledger.ledger_table(n) for n in range(1, writers + 1)] + (["chaos_bulk"] if bulk else [])
     tables = {
         name: views.model_copy(update={
             "search": views.search and views.search.model_copy(update={"index": f"{label}_{name}"})})
-        for name, views in {**base.tables, **dict.fromkeys(extra, ledger_views)}.items()
+        for name, views in {**(base.tables if demo else {}), **dict.fromkeys(extra, ledger_views)}.items()
     }
+    if not demo:  # the views built from the demo tables go with them
+        base = base.model_copy(update={"nested": {}, "windows": {}, "cache_aggregates": {}})
     source = base.source.model_copy(update={
         "connector": f"chaos-{label}", "slot": f"chaos_{label}", "topic_prefix": f"chaos{label}",
         "publication": "tideline_chaos",
@@ -109,7 +114,8 @@ def prepare(stack: StackSettings, profile: Profile, seed: int, work_dir: Path) -
     runner.up(stack)  # every service healthy before the first fault (idempotent: running ones are left alone)
     migrate.upgrade(stack)
     label = f"{profile.name}{seed % 10_000}x{uuid.uuid4().hex[:4]}"
-    pipeline = chaos_pipeline(load(stack.pipeline_file), profile.writers, profile.snapshot_rows > 0, label)
+    pipeline = chaos_pipeline(load(stack.pipeline_file), profile.writers, profile.snapshot_rows > 0, label,
+                              profile.demo_tables)
     # A replay of a seed reuses its folder: the last run's checkpoints name that run's topics.
     shutil.rmtree(work_dir, ignore_errors=True)
     work_dir.mkdir(parents=True)

@@ -6,11 +6,18 @@ kill, or were not started again on the other one after it (services/chaos/faults
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from services.settings import StackSettings
 from services.stack import runner, spark
 from tests.chaos_runs import run_profile
+from tests.tide_cli import run_tide
+
+# The settings `tide cluster status` needs to find the test stack's master and workers.
+CLUSTER_FIELDS = ["state_dir", "spark_workers", "spark_master_port", "spark_master_webui_port",
+                  "spark_worker_webui_port"]
 
 pytestmark = pytest.mark.stack
 
@@ -28,3 +35,6 @@ def test_cluster_profile_converges_after_a_worker_dies_with_its_executors(cluste
     report, story = run_profile(cluster, "cluster", tmp_path / "chaos")
     assert [injected.fault for injected in report.injected] == ["spark_worker"], story
     assert report.passed, story
+    # What a user sees afterwards: the killed worker back and registered, the other holding the executors.
+    shown = run_tide(cluster, "cluster", "status", fields=CLUSTER_FIELDS)
+    assert re.search(r"spark-worker-1 +│ ALIVE", shown) and re.search(r"spark-worker-2 +│ ALIVE", shown), shown

@@ -17,6 +17,7 @@ from services.chaos.profiles import FAULTS, PROFILES, Profile, schedule
 from services.chaos.run import Report, chaos_pipeline
 from services.console import terminated_as_exit
 from spark_jobs.model.config import load
+from spark_jobs.model.settings import SINKS
 
 RECORDS = {r["name"]: r for r in json.loads((Path(__file__).parent / "fixtures" / "debezium_records.json").read_text())}
 
@@ -135,6 +136,13 @@ def test_only_a_profile_that_kills_connect_kafka_or_the_driver_must_show_duplica
     diverged = Report("workers", 1, "now", verify_passes=[[], ["a divergence"]])
     diverged.judge(workers_only)
     assert not diverged.passed
+
+
+def test_without_the_demo_tables_the_chaos_pipeline_is_the_ledgers_in_every_sink_and_nothing_built_on_them():
+    pipeline = chaos_pipeline(load(), writers=2, bulk=False, label="c1", demo=False)
+    assert list(pipeline.tables) == ["chaos_ledger_1", "chaos_ledger_2"]
+    assert all(pipeline.sink_tables(sink) == list(pipeline.tables) for sink in SINKS)
+    assert not (pipeline.nested or pipeline.windows or pipeline.cache_aggregates)
 
 
 def test_the_chaos_pipeline_captures_the_ledgers_under_names_of_its_own():
