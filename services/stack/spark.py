@@ -67,12 +67,17 @@ def master_command(settings: StackSettings) -> list[str]:
 
 def read_master(settings: StackSettings) -> dict:
     """The master's own view (its web UI's JSON): workers, their cores and memory, the applications."""
+    return _read_json(master_json_url(settings), "master")
+
+
+def _read_json(url: str, what: str) -> dict:
+    """A daemon's web UI JSON; Unhealthy naming `what` when it does not answer."""
     try:
-        response = httpx.get(master_json_url(settings), timeout=HTTP_TIMEOUT_S)
+        response = httpx.get(url, timeout=HTTP_TIMEOUT_S)
         response.raise_for_status()
         return response.json()
     except (httpx.HTTPError, ValueError) as exc:
-        raise Unhealthy(f"master not answering at {master_json_url(settings)}: {exc}") from exc
+        raise Unhealthy(f"{what} not answering at {url}: {exc}") from exc
 
 
 def probe_master(settings: StackSettings) -> str:
@@ -134,10 +139,4 @@ def worker_number(service: Service) -> int:
 
 def read_worker(settings: StackSettings, number: int) -> dict:
     """Worker `number`'s own view (its web UI's JSON): its cores and memory, the executors it runs."""
-    url = f"http://{settings.host}:{worker_webui_port(settings, number)}/json/"
-    try:
-        response = httpx.get(url, timeout=HTTP_TIMEOUT_S)
-        response.raise_for_status()
-        return response.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise Unhealthy(f"worker {number} not answering at {url}: {exc}") from exc
+    return _read_json(f"http://{settings.host}:{worker_webui_port(settings, number)}/json/", f"worker {number}")
