@@ -43,7 +43,7 @@ FROM debian-packages
 # Every service runs as this user; its state folders exist in the image so that a fresh named
 # volume mounted on one takes the owner.
 RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin tideline \
- && for folder in postgres redis kafka elasticsearch checkpoints warehouse jobs; do \
+ && for folder in postgres redis kafka kafka-2 kafka-3 elasticsearch checkpoints warehouse jobs; do \
       mkdir -p "/var/lib/tideline/$folder"; done \
  && chown -R tideline:tideline /var/lib/tideline
 COPY --from=python-environment /opt/tideline/venv /opt/tideline/venv

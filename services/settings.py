@@ -26,6 +26,8 @@ JvmSize = Annotated[str, Field(pattern=r"^\d+[mMgG]$")]
 
 # Well below the 2GB max_slot_wal_keep_size the local stack runs with: time to act before invalidation.
 DEFAULT_LAG_WARN_BYTES = 512 * 1024 * 1024
+# As many Kafka brokers as the cluster profile may run (what stopping looks for, whatever the setting says now).
+MOST_BROKERS = 5
 ENV_FILE = PROJECT_ROOT / ".env"  # git-ignored; `make` writes it from .env.example
 
 
@@ -51,6 +53,9 @@ class StackSettings(BaseSettings):
     kafka_host: str | None = None
     connect_host: str | None = None
     elasticsearch_host: str | None = None
+    # The cluster profile's Spark master, and the jobs' driver as the executors reach it (docs/cluster.md).
+    spark_master_host: str | None = None
+    jobs_host: str | None = None
     # PostgreSQL as Kafka Connect reaches it (the connector's database.hostname); unset = postgres's host.
     connector_database_host: str | None = None
 
@@ -85,6 +90,8 @@ class StackSettings(BaseSettings):
     spark_master_port: Port = 7077
     spark_master_webui_port: Port = 8080
     spark_worker_webui_port: Port = 8091
+    # The cluster profile's Kafka brokers after the first: broker N (N >= 2) listens on kafka_broker_port + N - 2.
+    kafka_broker_port: Port = 9094
 
     # Heaps sized so everything fits a 2-core, 24 GiB machine together with Spark.
     kafka_heap: JvmSize = "512m"
@@ -111,6 +118,10 @@ class StackSettings(BaseSettings):
     spark_worker_cores: int = Field(default=64, ge=1)
     spark_worker_memory: JvmSize = "3g"
     job_executor_memory: JvmSize = "1g"
+    # The cluster profile's Kafka (docs/cluster.md): N > 1 adds brokers 2..N (brokers only) to the first
+    # (broker and the KRaft controller); topics the stack creates are replicated min(N, 3) times with
+    # min.insync.replicas one less, so one broker may die without a write refused or a record lost.
+    kafka_brokers: int = Field(default=1, ge=1, le=MOST_BROKERS)
 
     startup_timeout_s: float = Field(default=240.0, gt=0)
 
@@ -143,6 +154,9 @@ class StackSettings(BaseSettings):
         # The cluster profile's workers after the first take the web UI ports after its.
         ports |= {f"spark_worker_{number}_webui_port": self.spark_worker_webui_port + number - 1
                   for number in range(2, self.spark_workers + 1)}
+        # The same for the profile's brokers after the second (kafka_broker_port is the second's).
+        ports |= {f"kafka_broker_{number}_port": self.broker_port(number)
+                  for number in range(3, self.kafka_brokers + 1)}
         if self.source_external:
             del ports["postgres_port"]
         return ports
@@ -174,13 +188,35 @@ class StackSettings(BaseSettings):
         """Whether the jobs run on a Spark standalone cluster of the stack's own (the cluster profile)."""
         return self.spark_workers > 0
 
-    def host_of(self, service: Literal["postgres", "redis", "kafka", "connect", "elasticsearch"]) -> str:
+    def host_of(self, service: Literal["postgres", "redis", "kafka", "connect", "elasticsearch", "spark_master",
+                                       "jobs"]) -> str:
         """The host clients use to reach `service`: its own setting, else `host`."""
         return getattr(self, f"{service}_host") or self.host
 
+    def broker_port(self, number: int) -> int:
+        """Kafka broker `number`'s client port (1: kafka_port; the cluster profile's others after kafka_broker_port)."""
+        return self.kafka_port if number == 1 else self.kafka_broker_port + number - 2
+
+    def broker_host(self, number: int) -> str:
+        """Where clients reach broker `number`: Kafka's host; in containers (TIDE_KAFKA_HOST set) the cluster
+        profile's other brokers by their own service names, `kafka-2`, ..."""
+        return self.host_of("kafka") if number == 1 or self.kafka_host is None else f"{self.kafka_host}-{number}"
+
     @property
     def kafka_bootstrap(self) -> str:
-        return f"{self.host_of('kafka')}:{self.kafka_port}"
+        """Every broker, so a client starts (and a Spark task re-reads metadata) whichever of them is down."""
+        return ",".join(f"{self.broker_host(number)}:{self.broker_port(number)}"
+                        for number in range(1, self.kafka_brokers + 1))
+
+    @property
+    def kafka_replication(self) -> int:
+        """Replicas of each topic the stack creates: one per broker, at most three."""
+        return min(self.kafka_brokers, 3)
+
+    @property
+    def kafka_min_insync(self) -> int:
+        """The replicas a write waits for (acks=all): all but one, so one broker may be down."""
+        return max(self.kafka_replication - 1, 1)
 
     def require_postgres_password(self) -> str:
         return _require_secret("postgres_password", self.postgres_password)

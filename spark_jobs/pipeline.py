@@ -31,11 +31,19 @@ from spark_jobs.changes.stream import decode_stream
 from spark_jobs.model.catalogue import LiveCatalogue
 from spark_jobs.model.config import PipelineConfig
 from spark_jobs.model.settings import JobSettings
-from spark_jobs.realtime import QueryGroup, batch_slots, create_topic, follow_up, partitions_read, require_slots
+from spark_jobs.realtime import (
+    FOLLOW_UP_RETENTION_MS,
+    QueryGroup,
+    batch_slots,
+    follow_up,
+    partitions_read,
+    require_slots,
+)
 from spark_jobs.realtime import start as start_realtime
 from spark_jobs.runtime import checkpoints
 from spark_jobs.runtime.backoff import wait_until
 from spark_jobs.runtime.session import starting_with
+from spark_jobs.runtime.topics import ensure_topic
 from spark_jobs.sinks.base import Batch, Capability, Sink, build_sink
 
 log = logging.getLogger("tideline.pipeline")
@@ -166,6 +174,7 @@ def build_query(
         realtime_slots(spark, settings, pipeline, sink_name)
     columns = catalogue.current()
     sink.setup(spark, columns)
+    ensure_topic(settings, settings.dlq_topic)
     # The query's jobs run in its own pool.
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", sink_name)
     checkpoint = checkpoint or settings.checkpoint_dir / sink_name
@@ -177,7 +186,7 @@ def build_query(
         query = start_realtime(records, sink, columns, settings, name=name, checkpoint=checkpoint)
         if (topic := sink.follow_up_topic()) is None:
             return query
-        create_topic(settings.kafka_bootstrap, topic)
+        ensure_topic(settings, topic, FOLLOW_UP_RETENTION_MS)
         follow = source(spark, settings, [topic], "earliest", settings.max_offsets_per_trigger)
         return follow_up(query, follow, sink, settings,
                          checkpoint=checkpoint.with_name(f"{checkpoint.name}-follow-up"))

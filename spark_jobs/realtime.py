@@ -210,23 +210,6 @@ class QueryGroup:
 FOLLOW_UP_RETENTION_MS = 24 * 3600 * 1000
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
-    """Create a follow-up topic if it is missing (one partition, kept a day): a Spark query subscribed
-    to a missing topic stops at start-up, and the writer produces to it only once a change arrives."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        if topic not in set(admin.list_topics()):
-            admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1,
-                                          topic_configs={"retention.ms": str(FOLLOW_UP_RETENTION_MS)})])
-    except TopicAlreadyExistsError:
-        pass  # another driver created it first
-    finally:
-        admin.close()
-
-
 def follow_up(main: StreamingQuery, records: DataFrame, sink: Sink, settings: JobSettings, *,
               checkpoint: Path) -> QueryGroup:
     """Start `sink`'s follow-up query on `records` (its `follow_up_topic`, as micro-batches on the
@@ -242,5 +225,5 @@ def follow_up(main: StreamingQuery, records: DataFrame, sink: Sink, settings: Jo
 
 
 __all__ = ["CLUSTER_BATCH_SLOTS", "FollowUpWriter", "QueryGroup", "SlotsError", "batch_slots", "cluster_conf",
-           "cluster_slots", "create_topic", "follow_up", "is_cluster", "local_master", "needed_slots",
+           "cluster_slots", "follow_up", "is_cluster", "local_master", "needed_slots",
            "outgrown", "partitions_read", "require_slots", "start", "task_slots_of"]

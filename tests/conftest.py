@@ -46,6 +46,7 @@ def stack_ports(band: int, shift: int = 0) -> dict[str, int]:
         "spark_master_port": 7077,
         "spark_master_webui_port": 8080,
         "spark_worker_webui_port": 8091,
+        "kafka_broker_port": 9094,
     }
     return {name: band * 10_000 + port + shift + _PORT_OFFSET for name, port in usual.items()}
 

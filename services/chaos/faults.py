@@ -8,8 +8,8 @@ again by the stack's own runner) and returns one line saying what it did.
 - walsender: pg_terminate_backend of the backend streaming the chaos slot to Debezium;
 - stale_redelivery: produce again, into the change topics, the first change of some rows that have
   changed since (what a retried or mirrored produce can do): older than what the sinks hold;
-- spark_worker (the cluster profile): kill -9 one Spark worker with the executors it runs, wait until the
-  master has started them again on the others, then start the worker again.
+
+The cluster profile's faults (a Spark worker, a Kafka broker) are in cluster_faults.py.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from kafka import KafkaConsumer, KafkaProducer
 from services.chaos import observe
 from services.jobs import driver, lag
 from services.settings import StackSettings
-from services.stack import elasticsearch, kafka, postgres, process, redis, runner, spark
-from services.stack.service import Service, StackError, Unhealthy
+from services.stack import elasticsearch, kafka, postgres, process, redis, runner
+from services.stack.service import Service, StackError
 from spark_jobs.model.config import PipelineConfig
 
 
@@ -189,68 +189,13 @@ def stale_redelivery(target: Target, rnd: random.Random, how_many: int) -> str:
     return f"sent again the first change of {len(stale)} rows changed since ({topics})"
 
 
-def kill_spark_worker(stack: StackSettings, rnd: random.Random, timeout_s: float = 120.0) -> str:
-    """kill -9 one worker and the executors it runs; wait until the master has started as many again on the
-    other workers, then start the worker again. Before the kill every worker must run an executor: the
-    jobs ran spread over the cluster, in executors of their own, not in the driver."""
-    workers = [service for service in spark.members(stack) if service.name != spark.MASTER]
-    if not workers:
-        raise ChaosError("the spark_worker fault needs the cluster profile: set TIDE_SPARK_WORKERS (docs/cluster.md)")
-    before = executors_by_worker(stack, workers)
-    if idle := [name for name, executors in before.items() if not executors]:
-        raise ChaosError(f"{', '.join(idle)} ran no executor before the fault: the jobs did not spread over the "
-                         f"cluster ({before})")
-    victim = rnd.choice(workers)
-    started = process.running(runner.pid_file(stack, victim))
-    if started is None:
-        raise ChaosError(f"{victim.name} is not running before the fault: see {runner.log_file(stack, victim)}")
-    os.killpg(started.pid, signal.SIGKILL)  # the worker and the executors it started: one process group
-    wait_gone(started, victim.name)
-    began = time.monotonic()
-    survivors = [worker for worker in workers if worker is not victim]
-    deadline = began + timeout_s
-    while _count(after := executors_by_worker(stack, survivors)) < _count(before):
-        if time.monotonic() > deadline:
-            raise ChaosError(f"the executors {victim.name} ran were not started again within {timeout_s:.0f}s: {after}")
-        time.sleep(0.5)  # poll: the master starts them as soon as it learns the worker is gone
-    moved_s = time.monotonic() - began
-    runner.start_and_wait(stack, [victim])
-    return (f"kill -9 {victim.name} (pid {started.pid}) with its executors {', '.join(before[victim.name])} "
-            f"(before: {_listed(before)}); executors again on the others in {moved_s:.0f}s ({_listed(after)}); "
-            f"{victim.name} healthy again in {time.monotonic() - began:.0f}s")
-
-
-def executors_by_worker(stack: StackSettings, workers: list[Service], timeout_s: float = 60.0) -> dict[str, list[str]]:
-    """The executors (application/executor id) each worker runs, as the worker itself reports them; asked
-    again while a worker is slow to answer (its web UI shares the loaded machine's two cores)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return {worker.name: [f"{executor['appid']}/{executor['id']}" for executor in
-                                  spark.read_worker(stack, spark.worker_number(worker)).get("executors", [])]
-                    for worker in workers}
-        except Unhealthy as exc:
-            if time.monotonic() > deadline:
-                raise ChaosError(f"{exc}, for {timeout_s:.0f}s") from exc
-            time.sleep(1.0)  # poll: the worker answers once it gets the CPU
-
-
-def _count(executors: dict[str, list[str]]) -> int:
-    return sum(len(ids) for ids in executors.values())
-
-
-def _listed(executors: dict[str, list[str]]) -> str:
-    return "; ".join(f"{worker}: {', '.join(ids) or 'none'}" for worker, ids in executors.items())
-
-
 def injector(
     fault: str, profile_pause_s: tuple[float, float], stale_keys: int
 ) -> Callable[[Target, random.Random], str]:
-    """The function that injects `fault`."""
+    """The function that injects `fault`, one of the local stack's (cluster_faults.py has the cluster profile's)."""
     if fault in ("connect", "driver", "kafka", "redis", "elasticsearch"):
         return lambda target, rnd: kill_and_restart(target, fault, rnd)
     return {
-        "spark_worker": lambda target, rnd: kill_spark_worker(target.stack, rnd),
         "pause": lambda target, rnd: pause(target, rnd, profile_pause_s),
         "postgres": lambda target, rnd: restart_postgres(target),
         "walsender": lambda target, rnd: kill_walsender(target),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 KILLS = ("connect", "driver", "kafka", "redis", "elasticsearch")  # kill -9, then restart
 FAULTS = (*KILLS, "pause", "postgres", "walsender", "stale_redelivery")
 # The cluster profile's faults (docs/cluster.md): only a stack that runs it can take them.
-CLUSTER_FAULTS = ("spark_worker",)
+CLUSTER_FAULTS = ("spark_worker", "kafka_broker")
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,22 @@ class Profile:
     warm_up_s: float = field(default=20.0)  # writes before the first fault
     # The demo tables (their snapshot, views, windows and aggregates) in the run's pipeline beside the ledgers.
     demo_tables: bool = True
+    # Partitions of the run's change topics (None: pipeline.yaml's).
+    partitions: int | None = None
 
     @property
     def needs_cluster(self) -> bool:
         return any(fault in CLUSTER_FAULTS for fault in self.faults)
+
+    def unmet(self, spark_workers: int, kafka_brokers: int) -> list[str]:
+        """What a stack of `spark_workers` workers and `kafka_brokers` brokers lacks for this profile's faults:
+        a worker killed needs another to take its executors, a broker killed two others holding its replicas."""
+        needs = []
+        if "spark_worker" in self.faults and spark_workers < 2:
+            needs.append("TIDE_SPARK_WORKERS=2 (a worker to kill and one to take its executors)")
+        if "kafka_broker" in self.faults and kafka_brokers < 3:
+            needs.append("TIDE_KAFKA_BROKERS=3 (a broker to kill and two holding its replicas)")
+        return needs
 
     def __post_init__(self) -> None:
         unknown = set(self.faults) - {*FAULTS, *CLUSTER_FAULTS}
@@ -52,14 +64,16 @@ PROFILES = {
         faults={"connect": 1, "driver": 1, "kafka": 1, "walsender": 1, "pause": 1, "stale_redelivery": 2},
         converge_s=480.0,
     ),
-    # CI, on the cluster profile (TIDE_SPARK_WORKERS=2): a worker killed with its executors under load. The
-    # local faults and the demo tables' views are the smoke profile's to test: this one stays short, and its
-    # ledgers go through every sink (with the demo tables' snapshot a run took 10+ minutes on the cluster).
+    # CI, on the cluster profile (TIDE_SPARK_WORKERS=2, TIDE_KAFKA_BROKERS=3): a worker killed with its
+    # executors and a broker killed under load, topics of 4 partitions. The local faults and the demo tables'
+    # views are the smoke profile's to test: this one stays short, and its ledgers go through every sink
+    # (with the demo tables' snapshot a run took 10+ minutes on the cluster).
     "cluster": Profile(
         name="cluster",
         writers=2,
-        write_s=45.0,
-        faults={"spark_worker": 1},
+        write_s=60.0,
+        faults={"spark_worker": 1, "kafka_broker": 1},
+        partitions=4,
         converge_s=480.0,
         verify_gap_s=10.0,
         demo_tables=False,

@@ -24,8 +24,8 @@ import yaml
 
 from services.capture.connector import registration
 from services.capture.connector.connect_api import ConnectApi
-from services.chaos import faults, ledger, observe
-from services.chaos.profiles import Profile, schedule
+from services.chaos import cluster_faults, faults, ledger, observe
+from services.chaos.profiles import CLUSTER_FAULTS, Profile, schedule
 from services.db import migrate
 from services.demo import workload
 from services.jobs import driver, lag
@@ -70,7 +70,7 @@ class Report:
     def judge(self, profile: Profile) -> None:
         """The verdict: a clean verify twice, complete ledgers, and proof the faults did something: a
         duplicate delivery when the profile kills Connect or Kafka, a replayed micro-batch when it kills
-        the driver (a killed Spark worker's fault proves its own: services/chaos/faults.py)."""
+        the driver (a killed Spark worker's or Kafka broker's fault proves its own: cluster_faults.py)."""
         for number, divergences in enumerate(self.verify_passes, start=1):
             if divergences:
                 self.failures.append(f"verify pass {number}: {len(divergences)} divergences, e.g. {divergences[:5]}")
@@ -82,9 +82,10 @@ class Report:
             self.failures.append("invalid run: no replayed micro-batch observed (the faults did not bite)")
 
 
-def chaos_pipeline(base: PipelineConfig, writers: int, bulk: bool, label: str, demo: bool = True) -> PipelineConfig:
+def chaos_pipeline(base: PipelineConfig, writers: int, bulk: bool, label: str, demo: bool = True,
+                   partitions: int | None = None) -> PipelineConfig:
     """The demo tables (unless not `demo`) plus the writers' ledgers (and chaos_bulk) in every sink, under
-    names of the run's own."""
+    names of the run's own, on topics of `partitions` partitions (None: the base pipeline's)."""
     # Every view a sink declares, each with its defaults (a derived sink has none: no history on a ledger,
     # unless the demo tables are left out: then the ledgers' history is what the analytics query applies).
     views: dict[str, dict] = {view: {} for sink in SINKS if (view := spec_of(sink).view)}
@@ -99,7 +100,7 @@ def chaos_pipeline(base: PipelineConfig, writers: int, bulk: bool, label: str, d
         base = base.model_copy(update={"nested": {}, "windows": {}, "cache_aggregates": {}})
     source = base.source.model_copy(update={
         "connector": f"chaos-{label}", "slot": f"chaos_{label}", "topic_prefix": f"chaos{label}",
-        "publication": "tideline_chaos",
+        "publication": "tideline_chaos", "partitions": partitions or base.source.partitions,
     })  # fmt: skip
     nested = {f"{label}_{name}_nested": view for name, view in base.nested.items()}
     chaos = base.model_copy(update={"source": source, "tables": tables, "nested": nested})
@@ -108,14 +109,14 @@ def chaos_pipeline(base: PipelineConfig, writers: int, bulk: bool, label: str, d
 
 def prepare(stack: StackSettings, profile: Profile, seed: int, work_dir: Path) -> tuple[StackSettings, PipelineConfig]:
     """Migrate, reset the ledgers, load the bulk rows and seed the demo data; the run's own settings."""
-    if profile.needs_cluster and not stack.spark_cluster:
-        raise faults.ChaosError(f"the {profile.name} profile kills Spark workers: run it on the cluster profile "
-                                "(set TIDE_SPARK_WORKERS=2; docs/cluster.md)")
+    if unmet := profile.unmet(stack.spark_workers, stack.kafka_brokers):
+        raise faults.ChaosError(f"the {profile.name} profile's faults need the cluster profile: set "
+                                f"{' and '.join(unmet)}; docs/cluster.md")
     runner.up(stack)  # every service healthy before the first fault (idempotent: running ones are left alone)
     migrate.upgrade(stack)
     label = f"{profile.name}{seed % 10_000}x{uuid.uuid4().hex[:4]}"
     pipeline = chaos_pipeline(load(stack.pipeline_file), profile.writers, profile.snapshot_rows > 0, label,
-                              profile.demo_tables)
+                              profile.demo_tables, profile.partitions)
     # A replay of a seed reuses its folder: the last run's checkpoints name that run's topics.
     shutil.rmtree(work_dir, ignore_errors=True)
     work_dir.mkdir(parents=True)
@@ -200,7 +201,8 @@ def _inject(target: faults.Target, profile: Profile, seed: int, writers: list[le
     for planned in schedule(profile, seed):
         _sleep_until(started + planned.at_s, writers)
         at = round(time.monotonic() - started, 1)
-        inject = faults.injector(planned.fault, profile.pause_s, profile.stale_keys)
+        inject = (cluster_faults.injector(planned.fault) if planned.fault in CLUSTER_FAULTS
+                  else faults.injector(planned.fault, profile.pause_s, profile.stale_keys))
         detail = inject(target, random.Random(planned.draw))
         report.injected.append(Injected(planned.fault, at, detail))
         say(f"  {at:7.1f}s {planned.fault}: {detail}")

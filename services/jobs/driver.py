@@ -38,6 +38,7 @@ def job_env(settings: StackSettings) -> dict[str, str]:
     return conninfo | {
         "TIDE_JOB_PIPELINE_FILE": str(settings.pipeline_file),
         "TIDE_JOB_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "TIDE_JOB_KAFKA_REPLICATION": str(settings.kafka_replication),
         "TIDE_JOB_ELASTICSEARCH_URL": elasticsearch.url(settings),
         "TIDE_JOB_REDIS_URL": f"redis://{settings.host_of('redis')}:{settings.redis_port}/{settings.job_redis_db}",
         "TIDE_JOB_WAREHOUSE_DIR": str(state / "warehouse"),
@@ -62,7 +63,7 @@ def cluster_env(settings: StackSettings) -> dict[str, str]:
         "TIDE_JOB_MASTER": spark.master_url(settings),
         "TIDE_JOB_EXECUTORS": str(settings.spark_workers),
         "TIDE_JOB_EXECUTOR_MEMORY": settings.job_executor_memory,
-        "TIDE_JOB_DRIVER_HOST": settings.host,
+        "TIDE_JOB_DRIVER_HOST": settings.host_of("jobs"),
     }
 
 

@@ -95,6 +95,6 @@ def _print_status(settings) -> bool:
     for row in rows:
         detail = row.detail if len(row.detail) <= 60 else row.detail[:57] + "..."
         health = f"[green]healthy[/green] {detail}" if row.healthy else f"[red]down[/red] {detail}"
-        table.add_row(row.name, str(row.pid or "-"), str(row.port), health, str(row.log))
+        table.add_row(row.name, str(row.pid or "-"), str(row.port or "-"), health, str(row.log))
     console.print(table)
     return all(row.healthy for row in rows)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from services.settings import StackSettings
+from services.settings import MOST_BROKERS, StackSettings
 from services.stack import elasticsearch, kafka, postgres, redis, spark
 from services.stack.service import Service
 
-# Every stack's services; the cluster profile adds a Spark master and workers (`members`).
+# Every stack's services; the cluster profile adds Kafka brokers, a Spark master and workers (`members`).
 MEMBERS: dict[str, Service] = {
     service.name: service
     for service in (postgres.SERVICE, redis.SERVICE, kafka.BROKER, kafka.CONNECT, elasticsearch.SERVICE)
@@ -15,15 +15,19 @@ MEMBERS: dict[str, Service] = {
 MOST_WORKERS = 8
 
 
-def members(settings: StackSettings, workers: int | None = None) -> dict[str, Service]:
-    """The services of this stack: MEMBERS, and with the cluster profile its Spark master and workers
-    (`workers` of them if given, else as many as TIDE_SPARK_WORKERS says)."""
-    return MEMBERS | {service.name: service for service in spark.members(settings, workers)}
+def members(settings: StackSettings, workers: int | None = None, brokers: int | None = None) -> dict[str, Service]:
+    """The services of this stack: MEMBERS, and with the cluster profile its other Kafka brokers (Connect
+    after all of them), its Spark master and workers (`workers` and `brokers` of them if given, else as many
+    as TIDE_SPARK_WORKERS and TIDE_KAFKA_BROKERS say)."""
+    count = brokers or settings.kafka_brokers
+    every = [postgres.SERVICE, redis.SERVICE, *kafka.brokers(count), kafka.connect_after(count), elasticsearch.SERVICE,
+             *spark.members(settings, workers)]
+    return {service.name: service for service in every}
 
 
 def every_member(settings: StackSettings) -> list[Service]:
     """Every service a stack may have started, whatever its settings say now (what stopping looks for)."""
-    return list(members(settings, MOST_WORKERS).values())
+    return list(members(settings, MOST_WORKERS, MOST_BROKERS).values())
 
 
 def managed(settings: StackSettings) -> dict[str, Service]:

@@ -8,6 +8,8 @@ Executors are started by the workers, not by the stack: the jobs' driver asks th
 from __future__ import annotations
 
 import importlib.util
+import socket
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -21,6 +23,8 @@ WORKER_PREFIX = "spark-worker-"
 CONF_DIR = PROJECT_ROOT / "services" / "stack" / "assets" / "spark"
 # How long the master's or a worker's web UI may take to answer (a loaded machine's two cores are shared).
 HTTP_TIMEOUT_S = 10.0
+# A container's services listen on every interface (docker-compose.yml sets TIDE_HOST=0.0.0.0).
+_EVERY_INTERFACE = ("0.0.0.0", "::")
 # The daemons' own heaps (Spark's default is 1g each): they only schedule, the executors do the work.
 DAEMON_HEAP = "256m"
 
@@ -35,22 +39,28 @@ def spark_home() -> Path:
 
 
 def master_url(settings: StackSettings) -> str:
-    return f"spark://{settings.host}:{settings.spark_master_port}"
+    return f"spark://{settings.host_of('spark_master')}:{settings.spark_master_port}"
 
 
 def master_json_url(settings: StackSettings) -> str:
-    return f"http://{settings.host}:{settings.spark_master_webui_port}/json/"
+    return f"http://{settings.host_of('spark_master')}:{settings.spark_master_webui_port}/json/"
 
 
 def worker_webui_port(settings: StackSettings, number: int) -> int:
     return settings.spark_worker_webui_port + number - 1
 
 
+def worker_host(settings: StackSettings) -> str:
+    """The address a worker registers with (its executors' too): the stack's host, or in a container, which
+    listens on every interface, the container's own name (compose resolves it on its network)."""
+    return socket.gethostname() if settings.host in _EVERY_INTERFACE else settings.host
+
+
 def _daemon_env(settings: StackSettings) -> dict[str, str]:
     # spark-class reads SPARK_HOME for the jars and SPARK_CONF_DIR for the logging; a worker passes both to
-    # the executors it starts.
-    return {"SPARK_HOME": str(spark_home()), "SPARK_CONF_DIR": str(CONF_DIR), "SPARK_DAEMON_MEMORY": DAEMON_HEAP,
-            "SPARK_LOCAL_IP": settings.host}
+    # the executors it starts. SPARK_LOCAL_IP keeps them on the stack's host (in a container: every interface).
+    env = {"SPARK_HOME": str(spark_home()), "SPARK_CONF_DIR": str(CONF_DIR), "SPARK_DAEMON_MEMORY": DAEMON_HEAP}
+    return env if settings.host in _EVERY_INTERFACE else env | {"SPARK_LOCAL_IP": settings.host}
 
 
 def _spark_class(main: str, args: list[str]) -> list[str]:
@@ -61,7 +71,7 @@ def _spark_class(main: str, args: list[str]) -> list[str]:
 
 def master_command(settings: StackSettings) -> list[str]:
     return _spark_class("org.apache.spark.deploy.master.Master", [
-        "--host", settings.host, "--port", str(settings.spark_master_port),
+        "--host", settings.host_of("spark_master"), "--port", str(settings.spark_master_port),
         "--webui-port", str(settings.spark_master_webui_port)])
 
 
@@ -89,9 +99,9 @@ def probe_master(settings: StackSettings) -> str:
 
 def alive_worker(settings: StackSettings, number: int) -> dict:
     """The master's record of worker `number`, registered and alive; Unhealthy otherwise."""
-    port = worker_webui_port(settings, number)
+    address = f"//{worker_host(settings)}:{worker_webui_port(settings, number)}"
     for worker in read_master(settings).get("workers", []):
-        if worker.get("webuiaddress", "").endswith(f":{port}") and worker.get("state") == "ALIVE":
+        if worker.get("webuiaddress", "").endswith(address) and worker.get("state") == "ALIVE":
             return worker
     raise Unhealthy(f"not registered with the master at {master_url(settings)} yet")
 
@@ -104,7 +114,7 @@ def worker(number: int) -> Service:
         work = settings.state_dir / "spark" / f"worker-{number}"
         work.mkdir(parents=True, exist_ok=True)
         return _spark_class("org.apache.spark.deploy.worker.Worker", [
-            "--host", settings.host, "--webui-port", str(worker_webui_port(settings, number)),
+            "--host", worker_host(settings), "--webui-port", str(worker_webui_port(settings, number)),
             "--cores", str(settings.spark_worker_cores), "--memory", settings.spark_worker_memory,
             "--work-dir", str(work), master_url(settings)])
 
@@ -125,6 +135,11 @@ MASTER_SERVICE = Service(
 )
 
 
+# The Docker route's worker: one service that `docker-compose up --scale spark-worker=N` runs N times, each
+# in a container of its own (so the same ports), told apart by the container's name.
+SCALED_WORKER = replace(worker(1), name="spark-worker")
+
+
 def members(settings: StackSettings, workers: int | None = None) -> list[Service]:
     """The cluster's processes: the master and `workers` workers (by default as many as the profile
     asks for; none without it)."""
@@ -139,4 +154,4 @@ def worker_number(service: Service) -> int:
 
 def read_worker(settings: StackSettings, number: int) -> dict:
     """Worker `number`'s own view (its web UI's JSON): its cores and memory, the executors it runs."""
-    return _read_json(f"http://{settings.host}:{worker_webui_port(settings, number)}/json/", f"worker {number}")
+    return _read_json(f"http://{worker_host(settings)}:{worker_webui_port(settings, number)}/json/", f"worker {number}")

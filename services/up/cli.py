@@ -111,7 +111,7 @@ def down_command() -> None:
     console.print("everything stopped" if stopped else "nothing was running")
 
 
-ServiceName = Annotated[str, typer.Argument(help=", ".join(service.name for service in lifecycle.PROCESSES))]
+ServiceName = Annotated[str, typer.Argument(help=", ".join(service.name for service in lifecycle.SERVED))]
 
 
 def serve_command(service: ServiceName) -> None:

@@ -23,8 +23,8 @@ from services.capture.source import setup as source_setup
 from services.db.cli import database_errors, first_line
 from services.demo import workload
 from services.jobs import driver
-from services.settings import StackSettings
-from services.stack import postgres, process, runner
+from services.settings import MOST_BROKERS, StackSettings
+from services.stack import kafka, postgres, process, runner, spark
 from services.stack.members import MEMBERS, every_member, managed
 from services.stack.rows import scalar
 from services.stack.runner import Report
@@ -41,12 +41,17 @@ def processes(settings: StackSettings) -> list[Service]:
     return [*every_member(settings), *APPLICATION]
 
 
+# What `tide serve` runs (a container's command): every process of `up`, and the cluster profile's Spark
+# master, a worker (as many containers as `--scale` says) and Kafka brokers (docker-compose.cluster.yml).
+SERVED: list[Service] = [*PROCESSES, spark.MASTER_SERVICE, spark.SCALED_WORKER, *kafka.brokers(MOST_BROKERS)[1:]]
+
+
 def process_named(name: str) -> Service:
-    """One of PROCESSES by name; a StackError naming the choices otherwise."""
-    for service in PROCESSES:
+    """One of SERVED by name; a StackError naming the choices otherwise."""
+    for service in SERVED:
         if service.name == name:
             return service
-    raise StackError(f"unknown service {name}; choose one of {', '.join(service.name for service in PROCESSES)}")
+    raise StackError(f"unknown service {name}; choose one of {', '.join(service.name for service in SERVED)}")
 
 
 # The demo data set is fixed: the same seed gives the same rows on every machine.

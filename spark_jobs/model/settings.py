@@ -36,6 +36,8 @@ class JobSettings(BaseSettings):
 
     pipeline_file: Path = DEFAULT_PATH
     kafka_bootstrap: str = "127.0.0.1:9092"
+    # Replicas of the topics the jobs create (spark_jobs/runtime/topics.py): the stack's brokers, up to three.
+    kafka_replication: int = Field(default=1, ge=1)
     elasticsearch_url: str = "http://127.0.0.1:9200"
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Delta tables live under <warehouse_dir>/<table>; checkpoints under <checkpoint_dir>/<sink>.

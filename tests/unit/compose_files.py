@@ -11,6 +11,8 @@ from services.settings import StackSettings
 from services.versions import PROJECT_ROOT
 
 COMPOSE_FILE = PROJECT_ROOT / "docker-compose.yml"
+# The cluster profile's override (docs/cluster.md).
+CLUSTER_FILE = PROJECT_ROOT / "docker-compose.cluster.yml"
 ENV_EXAMPLE = PROJECT_ROOT / ".env.example"
 DOCKER_DIR = PROJECT_ROOT / "docker"
 DOCKERFILE = DOCKER_DIR / "tideline.Dockerfile"
@@ -26,6 +28,18 @@ def compose_services() -> dict[str, dict]:
     return compose_yaml()["services"]
 
 
+def cluster_services() -> dict[str, dict]:
+    """The services with the cluster override on top, merged as compose merges them: a service's keys
+    replaced, its environment and depends_on mappings joined."""
+    merged = {name: dict(service) for name, service in compose_services().items()}
+    for name, override in yaml.safe_load(CLUSTER_FILE.read_text())["services"].items():
+        service = merged.setdefault(name, {})
+        for key, value in override.items():
+            joined = isinstance(value, dict) and key in ("environment", "depends_on")
+            service[key] = {**service.get(key, {}), **value} if joined else value
+    return merged
+
+
 def service_env(service: dict) -> dict[str, str]:
     return {key: str(value) for key, value in (service.get("environment") or {}).items()}
 
@@ -35,10 +49,11 @@ def _resolve_defaults(value: str) -> str:
     return INTERPOLATION.sub(lambda m: m["arg"] if m["op"] in (":-", "-") else "from-dot-env", value)
 
 
-def container_settings(name: str) -> StackSettings:
-    """The `tide` settings inside a service's container: its environment, plus the image's own."""
-    env = {**image_env(),
-           **{key: _resolve_defaults(value) for key, value in service_env(compose_services()[name]).items()}}
+def container_settings(name: str, services: dict[str, dict] | None = None) -> StackSettings:
+    """The `tide` settings inside a service's container (of `services`, default docker-compose.yml's): its
+    environment, plus the image's own."""
+    service = (services or compose_services())[name]
+    env = {**image_env(), **{key: _resolve_defaults(value) for key, value in service_env(service).items()}}
     fields = {key.removeprefix("TIDE_").lower(): value for key, value in env.items() if key.startswith("TIDE_")}
     return StackSettings(_env_file=None, **{k: v for k, v in fields.items() if k in StackSettings.model_fields})
 

@@ -169,10 +169,25 @@ def test_the_cluster_profile_is_refused_on_a_stack_without_it_before_anything_st
     from services.chaos.run import prepare
     from services.settings import StackSettings
 
-    with pytest.raises(ChaosError, match="run it on the cluster profile \\(set TIDE_SPARK_WORKERS=2"):
+    with pytest.raises(ChaosError, match=r"cluster profile: set TIDE_SPARK_WORKERS=2 .* and TIDE_KAFKA_BROKERS=3"):
         prepare(StackSettings(state_dir=tmp_path), PROFILES["cluster"], 1, tmp_path / "chaos")
     assert not (tmp_path / "chaos").exists()
     assert PROFILES["cluster"].needs_cluster and not PROFILES["smoke"].needs_cluster
+
+
+def test_a_killed_worker_needs_another_worker_and_a_killed_broker_two_other_brokers():
+    cluster = PROFILES["cluster"]
+    assert cluster.unmet(spark_workers=2, kafka_brokers=3) == []
+    assert [need.split()[0] for need in cluster.unmet(spark_workers=1, kafka_brokers=2)] == [
+        "TIDE_SPARK_WORKERS=2", "TIDE_KAFKA_BROKERS=3"]
+    assert PROFILES["smoke"].unmet(spark_workers=0, kafka_brokers=1) == []
+
+
+def test_the_cluster_profiles_topics_have_four_partitions_and_the_others_the_pipelines():
+    base = load()
+    assert chaos_pipeline(base, writers=2, bulk=False, label="c2", demo=False, partitions=4).source.partitions == 4
+    assert chaos_pipeline(base, writers=2, bulk=False, label="c3").source.partitions == base.source.partitions
+    assert PROFILES["cluster"].partitions == 4
 
 
 def test_sigterm_during_a_run_unwinds_through_its_tear_down():

@@ -15,6 +15,7 @@ from services.versions import PROJECT_ROOT
 from tests.unit.compose_files import (
     DOCKER_DIR,
     DOCKERFILE,
+    cluster_services,
     compose_services,
     compose_yaml,
     container_settings,
@@ -118,8 +119,8 @@ def test_state_lives_on_named_volumes_where_the_stack_code_keeps_it():
 
 def test_the_image_creates_each_state_folder_so_fresh_volumes_take_its_owner():
     dockerfile = DOCKERFILE.read_text()
-    created = re.search(r"for folder in ([a-z ]+); do", dockerfile)[1].split()
-    targets = {target for service in compose_services().values()
+    created = re.search(r"for folder in ([a-z0-9 -]+); do", dockerfile)[1].split()
+    targets = {target for service in cluster_services().values()
                for target, (source, _) in volume_mounts(service).items() if not source.startswith(".")}
     assert {str(Path(image_env()["TIDE_STATE_DIR"]) / folder) for folder in created} == targets
 

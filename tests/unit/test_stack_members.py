@@ -5,7 +5,7 @@ from services.stack import runner
 from services.stack.members import every_member, members
 from services.stack.service import StackError
 
-CLUSTER = StackSettings(spark_workers=2)
+CLUSTER = StackSettings(spark_workers=2, kafka_brokers=3)
 
 
 def test_selecting_a_service_brings_what_it_starts_after():
@@ -27,7 +27,17 @@ def test_every_port_field_names_a_setting():
 
 def test_stopping_a_service_stops_what_depends_on_it_but_not_what_it_depends_on():
     assert [s.name for s in runner.with_dependants(CLUSTER, ["connect"])] == ["connect"]
-    assert [s.name for s in runner.with_dependants(CLUSTER, ["kafka"])] == ["kafka", "connect"]
+    # The first broker is the cluster's controller: the others stop with it.
+    assert [s.name for s in runner.with_dependants(StackSettings(), ["kafka"])] == [
+        "kafka", "kafka-2", "kafka-3", "kafka-4", "kafka-5", "connect"]
+
+
+def test_the_cluster_profile_adds_brokers_after_the_first_and_connect_starts_after_all_of_them():
+    names = list(members(CLUSTER))
+    assert names[:6] == ["postgres", "redis", "kafka", "kafka-2", "kafka-3", "connect"]
+    assert members(CLUSTER)["connect"].after == ("kafka", "kafka-2", "kafka-3")
+    assert members(StackSettings())["connect"].after == ("kafka",) and "kafka-2" not in members(StackSettings())
+    assert [s.name for s in runner.select(CLUSTER, ["connect"])] == ["kafka", "kafka-2", "kafka-3", "connect"]
 
 
 def test_the_cluster_profile_adds_a_spark_master_and_its_workers():

@@ -47,6 +47,8 @@ def render_config(settings: StackSettings, pipeline: PipelineConfig,
         "SUPPORT_SCHEMA": source.support_schema_name,
         "HEARTBEAT_INTERVAL_MS": str(source.heartbeat_interval_ms),
         "PARTITIONS": str(source.partitions),
+        "REPLICATION": str(settings.kafka_replication),
+        "MIN_INSYNC": str(settings.kafka_min_insync),
     }
     template: dict[str, str] = json.loads(TEMPLATE.read_text())
     config = {key: substitute(value, values, str(TEMPLATE)) for key, value in template.items()}
@@ -110,18 +112,19 @@ def apply(settings: StackSettings, pipeline: PipelineConfig, wait_s: float = 60.
 
 def create_change_topics(settings: StackSettings, pipeline: PipelineConfig) -> list[str]:
     """Create every captured table's topic that does not exist yet, as the connector would (compacted,
-    `source.partitions`); returns those created. Debezium creates a topic only with the table's first
-    record, so an empty table, or the last tables of a long snapshot, would have none, and a Spark
-    query subscribed to a missing topic stops at start-up."""
+    `source.partitions`, a replica on each of up to three brokers); returns those created. Debezium
+    creates a topic only with the table's first record, so an empty table, or the last tables of a long
+    snapshot, would have none, and a Spark query subscribed to a missing topic stops at start-up."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     try:
         missing = [topic for topic in map(pipeline.topic, pipeline.tables) if topic not in set(admin.list_topics())]
         if missing:
+            configs = {"cleanup.policy": "compact", "min.insync.replicas": str(settings.kafka_min_insync)}
             admin.create_topics([
-                NewTopic(topic, num_partitions=pipeline.source.partitions, replication_factor=1,
-                         topic_configs={"cleanup.policy": "compact"})
+                NewTopic(topic, num_partitions=pipeline.source.partitions,
+                         replication_factor=settings.kafka_replication, topic_configs=configs)
                 for topic in missing
             ])
     finally:
