@@ -129,11 +129,21 @@ def stale_records(records: Iterable[Delivered], how_many: int, rnd: random.Rando
     return rnd.sample(candidates, min(how_many, len(candidates)))
 
 
-def applied_past_epoch(settings: StackSettings, checkpoints: Path, sinks: Iterable[str]) -> dict[str, int]:
+def applied_past_epoch(settings: StackSettings, checkpoints: Path, sinks: Iterable[str],
+                       timeout_s: float = 60.0) -> dict[str, int]:
     """Per real-time query, the records its writers published as applied (services/jobs/lag.py) past
     its checkpoint's last commit; the positions are published every half second, so a lower bound."""
     paths = {sink: checkpoints / sink for sink in sinks}
-    applied = lag.applied_offsets(settings, paths)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            applied = lag.applied_offsets(settings, paths)
+            break
+        except KafkaError as exc:
+            # E.g. NotCoordinator while a broker restarted by the fault before this one loads its groups.
+            if not exc.retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)  # poll: the coordinator answers once it has loaded its groups
     return {sink: lag.records_behind(lag.committed_offsets(path), applied[sink]) for sink, path in paths.items()}
 
 

@@ -30,10 +30,10 @@ def _home(settings: StackSettings, name: str) -> Path:
     return settings.state_dir / name
 
 
-def _log_props(settings: StackSettings, assets: Path) -> dict[str, str]:
+def _log_props(settings: StackSettings, assets: Path, logs: str) -> dict[str, str]:
     return {
         "log4j2.configurationFile": f"file:{assets / 'log4j2.properties'}",
-        "kafka.logs.dir": str(settings.logs_dir / assets.name),
+        "kafka.logs.dir": str(settings.logs_dir / logs),
     }
 
 
@@ -110,20 +110,21 @@ def _joined_cluster(settings: StackSettings, number: int) -> str:
                          f"({exc}): start `kafka` first") from exc
 
 
-def _kafka_java(settings: StackSettings, heap: str, main: str, assets: Path, args: list[str]) -> list[str]:
+def _kafka_java(settings: StackSettings, heap: str, main: str, assets: Path, args: list[str],
+                logs: str | None = None) -> list[str]:
     """A java argv on the Kafka classpath (broker, storage tool and Connect share it) with file logging."""
     return jvm.command(
         heap=heap,
         classpath=[jars.classpath(settings, "kafka")],
         main=main,
-        props=_log_props(settings, assets),
+        props=_log_props(settings, assets, logs or assets.name),  # a broker's own folder: kafka, kafka-2, ...
         args=args,
     )
 
 
 def broker_command(settings: StackSettings, number: int = 1) -> list[str]:
     config = _broker_config(settings, number)
-    return _kafka_java(settings, settings.kafka_heap, "kafka.Kafka", KAFKA_ASSETS, [str(config)])
+    return _kafka_java(settings, settings.kafka_heap, "kafka.Kafka", KAFKA_ASSETS, [str(config)], broker_name(number))
 
 
 def _admin(address: str) -> KafkaAdminClient:
