@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from spark_jobs.model.settings import JobSettings
 
+# (bootstrap, topic) known to exist in this process: a query restarted after a fault (Kafka away included)
+# does not ask again, so its restart never waits on Kafka's admin API for a topic created at the driver's start.
+_KNOWN: set[tuple[str, str]] = set()
+
 
 def ensure_topic(settings: JobSettings, topic: str, retention_ms: int | None = None) -> bool:
     """Create `topic` (one partition, TIDE_JOB_KAFKA_REPLICATION replicas, all but one of them in sync for a
@@ -17,6 +21,9 @@ def ensure_topic(settings: JobSettings, topic: str, retention_ms: int | None = N
     from kafka.admin import KafkaAdminClient, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
+    known = (settings.kafka_bootstrap, topic)
+    if known in _KNOWN:
+        return False
     replication = settings.kafka_replication
     configs = {"min.insync.replicas": str(max(replication - 1, 1))}
     if retention_ms is not None:
@@ -24,13 +31,17 @@ def ensure_topic(settings: JobSettings, topic: str, retention_ms: int | None = N
     admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     try:
         if topic in set(admin.list_topics()):
-            return False
-        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=replication, topic_configs=configs)])
-        return True
+            created = False
+        else:
+            admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=replication,
+                                          topic_configs=configs)])
+            created = True
     except TopicAlreadyExistsError:
-        return False  # another driver created it first
+        created = False  # another driver created it first
     finally:
         admin.close()
+    _KNOWN.add(known)
+    return created
 
 
 __all__ = ["ensure_topic"]
