@@ -18,13 +18,10 @@ cluster_app = typer.Typer(help="The cluster profile: the jobs on a Spark standal
 def worker_rows(settings: StackSettings) -> list[tuple[str, ...]]:
     """One row per configured worker: its state as the master sees it, cores and memory in use, and the
     executors it runs (application/executor id), as the worker itself reports them."""
-    # A worker started again is registered anew and the master keeps the lost one's record too: the live
-    # record of an address wins.
-    registered = sorted(spark.read_master(settings).get("workers", []), key=lambda worker: worker["state"] != "ALIVE")
+    registered = spark.read_master(settings).get("workers", [])
     rows: list[tuple[str, ...]] = []
     for number in range(1, settings.spark_workers + 1):
-        port = spark.worker_webui_port(settings, number)
-        seen = next((worker for worker in registered if worker["webuiaddress"].endswith(f":{port}")), None)
+        seen = spark.registered_worker(settings, number, registered)
         executors = _executors(settings, number)
         if seen is None or seen["state"] != "ALIVE":  # not what a lost worker held when it was lost
             rows.append((f"{spark.WORKER_PREFIX}{number}", seen["state"] if seen else "not registered", "-", "-",

@@ -97,13 +97,20 @@ def probe_master(settings: StackSettings) -> str:
     return f"{found.get('aliveworkers', 0)} workers alive, {found['url']}"
 
 
+def registered_worker(settings: StackSettings, number: int, workers: list[dict]) -> dict | None:
+    """Worker `number`'s record among the master's `workers` (by its web UI's host and port): the live one
+    when there is one (a worker started again registers anew, and the master keeps the lost one's record too)."""
+    address = f"//{worker_host(settings)}:{worker_webui_port(settings, number)}"
+    records = [worker for worker in workers if worker.get("webuiaddress", "").endswith(address)]
+    return next((worker for worker in records if worker.get("state") == "ALIVE"), records[0] if records else None)
+
+
 def alive_worker(settings: StackSettings, number: int) -> dict:
     """The master's record of worker `number`, registered and alive; Unhealthy otherwise."""
-    address = f"//{worker_host(settings)}:{worker_webui_port(settings, number)}"
-    for worker in read_master(settings).get("workers", []):
-        if worker.get("webuiaddress", "").endswith(address) and worker.get("state") == "ALIVE":
-            return worker
-    raise Unhealthy(f"not registered with the master at {master_url(settings)} yet")
+    found = registered_worker(settings, number, read_master(settings).get("workers", []))
+    if found is None or found.get("state") != "ALIVE":
+        raise Unhealthy(f"not registered with the master at {master_url(settings)} yet")
+    return found
 
 
 def worker(number: int) -> Service:

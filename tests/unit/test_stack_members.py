@@ -68,3 +68,18 @@ def test_the_cluster_profiles_jobs_are_submitted_to_its_master_with_an_executor_
 def test_workers_web_ui_ports_count_in_the_distinct_ports_check():
     with pytest.raises(ValueError, match="spark_worker_3_webui_port and connect_port are both set to port 8083"):
         StackSettings(spark_workers=3, spark_worker_webui_port=8081)
+
+
+def test_a_worker_started_again_is_found_by_its_live_record_and_host_as_well_as_port():
+    from services.stack import spark
+
+    settings = StackSettings(spark_workers=2, spark_worker_webui_port=8091)
+
+    def record(host: str, port: int, state: str) -> dict:
+        return {"webuiaddress": f"http://{host}:{port}", "state": state}
+
+    lost, again = record("127.0.0.1", 8092, "DEAD"), record("127.0.0.1", 8092, "ALIVE")
+    elsewhere = record("10.0.0.9", 8091, "ALIVE")  # another host's worker on the same port
+    assert spark.registered_worker(settings, 2, [lost, elsewhere, again]) is again
+    assert spark.registered_worker(settings, 2, [lost]) is lost, "a lost worker's record says it is lost"
+    assert spark.registered_worker(settings, 1, [lost, elsewhere, again]) is None
