@@ -52,6 +52,10 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
         "job_es_refresh_ms": env_only.es_refresh_ms,
         "job_jvm_options": env_only.jvm_options or "none",  # the driver JVM's extra options (its JIT, say)
         "source_partitions": pipeline.source.partitions,
+        # the cluster profile (docs/cluster.md): 0 workers is the local master above
+        "spark_workers": settings.spark_workers,
+        "job_executors": jobs.executors if settings.spark_workers else None,
+        "kafka_brokers": settings.kafka_brokers,
         "kafka_heap": settings.kafka_heap,
         "connect_heap": settings.connect_heap,
         "elasticsearch_heap": settings.elasticsearch_heap,
