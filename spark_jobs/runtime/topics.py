@@ -18,12 +18,12 @@ def ensure_topic(settings: JobSettings, topic: str, retention_ms: int | None = N
     """Create `topic` (one partition, TIDE_JOB_KAFKA_REPLICATION replicas, all but one of them in sync for a
     write) unless it exists; whether it was created. `retention_ms`: how long records stay (the broker's
     default: a week)."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
     known = (settings.kafka_bootstrap, topic)
     if known in _KNOWN:
         return False
+    from kafka.admin import KafkaAdminClient, NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
     replication = settings.kafka_replication
     configs = {"min.insync.replicas": str(max(replication - 1, 1))}
     if retention_ms is not None:
