@@ -18,7 +18,7 @@ BENCH_NO_NESTED=1 leaves the nested views out of the pipeline (the search sink's
 
 Usage (PYTHONPATH = the tree to measure):
     python bench/sink_batches.py jobs --sink warehouse|analytics|search|cache|changes --batches 4 --rows 2000
-    python bench/sink_batches.py load --seed 1000000 --batch 50000 --batches 3 [--property k=v ...]
+    python bench/sink_batches.py load --seed 1000000 --batch 50000 --batches 3 [--table orders] [--property k=v ...]
     (either mode: --optimize-every N compacts the tables after every N batches, each table read before and after)
 Prints one JSON line per batch: rows, seconds, jobs, stages (run and skipped), load average, the
 seconds Catalyst's rules took (analysis and optimisation), Janino compilations and their seconds;
@@ -323,6 +323,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1_000_000)
     parser.add_argument("--seed-batch", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=50_000)
+    parser.add_argument("--table", default="orders", choices=list(SHARES),
+                        help="load mode: the table seeded and updated")
     parser.add_argument("--property", action="append", default=[])
     parser.add_argument("--conf", action="append", default=[], help="a Spark SQL setting k=v for the run")
     parser.add_argument("--master", default="local[2]")
@@ -362,19 +364,20 @@ def main() -> None:
         else:
             batch_id = 0
             for first in range(0, args.seed, args.seed_batch):
-                kafka = records(spark, "orders", first + 1, args.seed_batch, "r", 1).persist()
+                kafka = records(spark, args.table, first + 1, args.seed_batch, "r", 1).persist()
                 kafka.count()
                 result = measure(spark, runner, kafka, batch_id, args.seed_batch)
-                print(json.dumps({"phase": "seed", "properties": properties, **result}), flush=True)
+                seeded = {"phase": "seed", "table": args.table, "properties": properties, **result}
+                print(json.dumps(seeded), flush=True)
                 kafka.unpersist()
                 batch_id += 1
             for step in range(args.batches):
-                kafka = records(spark, "orders", 1, args.batch, "u", 1000 + step,
+                kafka = records(spark, args.table, 1, args.batch, "u", 1000 + step,
                                 keyspace=int(args.seed * 1.05)).persist()
                 rows = kafka.count()
                 result = measure(spark, runner, kafka, batch_id, rows)
-                print(json.dumps({"phase": "update", "properties": properties, "table_rows": args.seed, **result}),
-                      flush=True)
+                updated = {"phase": "update", "table": args.table, "properties": properties, "table_rows": args.seed}
+                print(json.dumps({**updated, **result}), flush=True)
                 kafka.unpersist()
                 batch_id += 1
                 optimize_every(spark, runner.sink.folders(), step + 1, args.optimize_every)

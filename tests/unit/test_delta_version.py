@@ -7,7 +7,8 @@ import itertools
 
 import pytest
 
-from spark_jobs.sinks.delta._merge import merge_text
+from spark_jobs.sinks.delta._facts import Facts, inserts_only, key_range
+from spark_jobs.sinks.delta._merge import in_key_range, merge_text
 from spark_jobs.sinks.delta._version import Version, keep_stored, newer, newer_or_absent, not_newer, quote, text
 
 S, T = Version.of("s"), Version.of("t")
@@ -53,6 +54,20 @@ def test_a_composite_key_joins_on_every_column_and_a_key_range_prunes_only_one_c
     assert merge_text(("order_id", "line_no"), ["quantity"], (1, 9)).on \
         == "t.`order_id` = s.`order_id` AND t.`line_no` = s.`line_no`"
     assert merge_text(("id",), ["name"], (3, 70)).on == "t.`id` = s.`id` AND t.`id` BETWEEN 3L AND 70L"
+
+
+def test_a_key_range_is_known_only_when_both_ends_are_and_bounds_text_and_numbers():
+    assert key_range(Facts(extra={"low_orders": 3, "high_orders": 70}), "orders") == (3, 70)
+    assert key_range(Facts(extra={"low_orders": None, "high_orders": None}), "orders") is None
+    assert key_range(Facts(extra={"low_orders": 3, "high_orders": 70}), "products") is None
+    assert in_key_range("t.`id`", (3, 70)) == "t.`id` BETWEEN 3L AND 70L"
+    assert in_key_range("`sku`", ("a'b", "z")) == "`sku` BETWEEN 'a\\'b' AND 'z'"
+
+
+def test_only_a_batch_of_reads_and_inserts_may_be_appended():
+    assert inserts_only(Facts(rows=5))
+    assert not inserts_only(Facts(rows=5, not_inserts=1)), "an update or delete may match a held row"
+    assert not inserts_only(Facts()), "nothing to write"
 
 
 def test_the_whole_statement_reads_as_sql():

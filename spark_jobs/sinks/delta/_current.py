@@ -33,7 +33,7 @@ from pyspark.sql.types import LongType, StructField, TimestampType
 from spark_jobs.model.catalogue import Catalogue
 from spark_jobs.model.config import PipelineConfig
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.delta._facts import Facts, collect_facts
+from spark_jobs.sinks.delta._facts import Facts, collect_facts, key_range, key_ranges
 from spark_jobs.sinks.delta._marks import Marks
 from spark_jobs.sinks.delta._merge import merge_text, run_merge
 from spark_jobs.sinks.delta._plan import TablePlan, plan_table
@@ -49,7 +49,6 @@ log = logging.getLogger("tideline.delta")
 META = [StructField(VERSION_MAJOR, LongType()), StructField(VERSION_MINOR, LongType()),
         StructField(COMMIT_TS, TimestampType())]
 _CHANGE, _TOMB = Version.field("version"), Version.field("tomb")
-_INTEGER_KEYS = ("smallint", "int", "bigint")
 
 
 class Hooks(Protocol):
@@ -110,7 +109,8 @@ class CurrentState:
         mine = newest.where(F.col("table").isin(*self.tables))
         guarded = mine.join(self.marks.newest(spark), ["table", "row_id"], "left").persist()
         try:
-            extras = self._key_ranges(catalogue) | (hooks.extras(catalogue) if hooks else {})
+            ranges = key_ranges(self.tables, catalogue) if self.prune_by_key_range else {}
+            extras = ranges | (hooks.extras(catalogue) if hooks else {})
             facts = collect_facts(guarded, extras)
             plans = {table: self._plan(spark, table, found, catalogue) for table, found in sorted(facts.items())}
             for table, plan in plans.items():
@@ -129,21 +129,6 @@ class CurrentState:
             return reduce(lambda a, b: a.unionByName(b), found) if found else None
         finally:
             guarded.unpersist()
-
-    def _key_ranges(self, catalogue: Catalogue) -> dict[str, Column]:
-        """Per table with a one-column integer key: the batch's lowest and highest key (facts extras)."""
-        if not self.prune_by_key_range:
-            return {}
-        ranges = {}
-        for table in self.tables:
-            schema = catalogue.get(table)
-            if (schema and len(schema.primary_key) == 1
-                    and schema.columns[schema.primary_key[0]].type in ("INT2", "INT4", "INT8")):
-                key = F.try_element_at(F.col("key"), F.lit(schema.primary_key[0])).try_cast("bigint")
-                mine = F.col("table") == table
-                ranges[f"low_{table}"] = F.min(F.when(mine, key))
-                ranges[f"high_{table}"] = F.max(F.when(mine, key))
-        return ranges
 
     def _truncate(self, spark: SparkSession, table: str, version: tuple[int, int]) -> None:
         from delta.tables import DeltaTable
@@ -186,9 +171,10 @@ class CurrentState:
         path = self.path(plan.table)
         if hooks:
             hooks.before_merge(spark, plan, source, path)
-        low, high = facts.extra.get(f"low_{plan.table}"), facts.extra.get(f"high_{plan.table}")
-        key_range = (low, high) if low is not None and high is not None else None
-        run_merge(spark, path, source, merge_text(plan.keys, plan.data_columns, key_range))
+        # A batch that only inserts keys the table does not hold is not appended instead (as the history
+        # is): Delta's MERGE writes only the inserts when no file matches, and the check cost more
+        # than it saved (docs/sinks/delta.md).
+        run_merge(spark, path, source, merge_text(plan.keys, plan.data_columns, key_range(facts, plan.table)))
         if hooks:
             hooks.after_write(spark, plan.table, path, facts)
 

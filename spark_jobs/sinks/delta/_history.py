@@ -23,7 +23,7 @@ A truncate closes every row live just before it with a version of op 't'.
 from __future__ import annotations
 
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Window
 from pyspark.sql import functions as F
@@ -32,8 +32,8 @@ from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, Stru
 from spark_jobs.model.catalogue import Catalogue
 from spark_jobs.model.config import PipelineConfig, history_table
 from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, VERSION_MAJOR, VERSION_MINOR
-from spark_jobs.sinks.delta._facts import Facts, collect_facts
-from spark_jobs.sinks.delta._merge import KEEP, OP
+from spark_jobs.sinks.delta._facts import Facts, collect_facts, inserts_only, key_range, key_ranges
+from spark_jobs.sinks.delta._merge import KEEP, OP, append_inserts, holds_none, in_key_range
 from spark_jobs.sinks.delta._plan import TablePlan, plan_table
 from spark_jobs.sinks.delta._source import image, key_of_row_id, merge_source, rejected, with_images
 from spark_jobs.sinks.delta._tables import Tables
@@ -154,7 +154,7 @@ class History:
             "tomb", F.lit(None).cast("struct<major:bigint,minor:bigint>"))
         if not self.tables:
             return None
-        facts = collect_facts(mine)
+        facts = collect_facts(mine, key_ranges(self.tables, catalogue))
         found = []
         for table, table_facts in sorted(facts.items()):
             plan = self._plan(spark, table, table_facts, catalogue)
@@ -164,33 +164,48 @@ class History:
                 stored = spark.read.format("delta").load(self.path(table))
                 changes = with_images(changes, moved_images(stored, changes, plan))
             if table_facts.rows:
-                self._merge(spark, plan, as_versions(merge_source(changes, plan), plan))
+                self._merge(spark, plan, as_versions(merge_source(changes, plan), plan), key_range(table_facts, table),
+                            inserts_only(table_facts))
                 found.append(rejected(changes.drop("tomb"), plan))
             if table_facts.truncate is not None:
                 self._truncate(spark, plan, mine.where((F.col("table") == table) & (F.col("op") == "t")))
         return reduce(lambda a, b: a.unionByName(b), found) if found else None
 
-    def _merge(self, spark: SparkSession, plan: TablePlan, arriving: DataFrame) -> None:
+    def _merge(self, spark: SparkSession, plan: TablePlan, arriving: DataFrame,
+               bounds: tuple[Any, Any] | None = None, inserts: bool = False) -> None:
+        """`bounds`: the batch's lowest and highest key (a one-column integer key): the stored versions
+        are read, and the MERGE looks for matches, only in the files whose key statistics overlap them.
+        `inserts`: the batch only inserts rows; if the table holds no version in `bounds` (a snapshot's
+        next key range), the versions are appended instead of merged."""
         from delta.tables import DeltaTable
 
         path, keys = self.path(plan.table), list(plan.keys)
         history = spark.read.format("delta").load(path)
+        bounds = bounds if len(keys) == 1 else None
         arriving = arriving.select(*(
             (F.col(quote(f.name)) if f.name in arriving.columns else F.lit(None)).cast(f.dataType).alias(f.name)
             for f in history.schema.fields))
-        stored = history.join(arriving.select(*(quote(k) for k in keys)).distinct(), keys, "left_semi")
+        appending = inserts and bounds is not None and holds_none(spark, path, keys[0], bounds, arriving)
+        near = history if bounds is None else history.where(in_key_range(quote(keys[0]), bounds))
+        # Appending: no stored version of these rows (the plan then has no join to run).
+        stored = history.limit(0) if appending else near.join(
+            arriving.select(*(quote(k) for k in keys)).distinct(), keys, "left_semi")
         changed = intervals(stored, arriving, keys)
         data = [f.name for f in history.schema.fields if f.name not in keys and f.name not in _META_NAMES]
         # SQL text per column, typed as Delta's MERGE API takes it (SQL text or a Column).
         updates: dict[str, str | Column] = {VALID_TO: "s._valid_to", IS_CURRENT: "s._is_current",
                                             UNAVAILABLE: "s._unavailable"}
         updates |= {quote(c): f"s.{quote('_v_' + c)}" for c in data}
-        inserts = updates | {quote(c): f"s.{quote(c)}"
-                             for c in (*keys, VERSION_MAJOR, VERSION_MINOR, SOURCE_OP, VALID_FROM)}
+        values = {**{c: str(v) for c, v in updates.items()},
+                  **{quote(c): f"s.{quote(c)}" for c in (*keys, VERSION_MAJOR, VERSION_MINOR, SOURCE_OP, VALID_FROM)}}
         on = " AND ".join([*(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys),
-                           f"t.{VERSION_MAJOR} = s.{VERSION_MAJOR}", f"t.{VERSION_MINOR} = s.{VERSION_MINOR}"])
+                           f"t.{VERSION_MAJOR} = s.{VERSION_MAJOR}", f"t.{VERSION_MINOR} = s.{VERSION_MINOR}",
+                           *([] if bounds is None else [in_key_range(f"t.{quote(keys[0])}", bounds)])])
+        if appending:
+            append_inserts(path, changed, values)
+            return
         (DeltaTable.forPath(spark, path).alias("t").merge(changed.alias("s"), on)
-         .whenMatchedUpdate(set=updates).whenNotMatchedInsert(values=inserts).execute())
+         .whenMatchedUpdate(set=updates).whenNotMatchedInsert(values=dict(values)).execute())
 
     def _truncate(self, spark: SparkSession, plan: TablePlan, truncates: DataFrame) -> None:
         """Close every row live just before each truncate with a version of op 't' at its version."""

@@ -18,6 +18,7 @@ commits nothing. tests/unit/test_delta_merge.py checks the generated text.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,14 +64,19 @@ def _literal(value: Any) -> str:
     return text(str(value))
 
 
+def in_key_range(column: str, key_range: tuple[Any, Any]) -> str:
+    """SQL text: `column` (quoted, qualified as needed) between the batch's lowest and highest key."""
+    low, high = key_range
+    return f"{column} BETWEEN {_literal(low)} AND {_literal(high)}"
+
+
 def merge_text(keys: tuple[str, ...], columns: list[str], key_range: tuple[Any, Any] | None = None) -> MergeText:
     """The MERGE of a table with primary key `keys` and other columns `columns`. `key_range`: the
     lowest and highest (integer) key of the batch, for a one-column key: Delta skips the files whose
     key statistics lie outside it (a snapshot's keys arrive in ranges)."""
     on = [f"t.{quote(k)} = s.{quote(k)}" for k in keys]
     if key_range is not None and len(keys) == 1:
-        low, high = key_range
-        on.append(f"t.{quote(keys[0])} BETWEEN {_literal(low)} AND {_literal(high)}")
+        on.append(in_key_range(f"t.{quote(keys[0])}", key_range))
     guard = newer(_S, _T)
     kept = {
         quote(c): f"CASE WHEN {keep_stored(Version.field(f'try_element_at(s.{KEEP}, {text(c)})'), _T)} "
@@ -88,6 +94,22 @@ def merge_text(keys: tuple[str, ...], columns: list[str], key_range: tuple[Any, 
     )
 
 
+def holds_none(spark: SparkSession, path: str, key: str, key_range: tuple[Any, Any], source: DataFrame) -> bool:
+    """Whether the table holds none of the (one-column) keys of `source`, whose keys lie in `key_range`:
+    reads only the files whose key statistics overlap the range (a snapshot's next range: none, or the
+    one or two at its edges, where Kafka's partitions of the batch ended a few keys apart)."""
+    near = spark.read.format("delta").load(path).where(in_key_range(quote(key), key_range))
+    return near.join(source.select(quote(key)), key, "left_semi").isEmpty()
+
+
+def append_inserts(path: str, source: DataFrame, values: Mapping[str, str]) -> None:
+    """What a MERGE does to a table that holds none of the source's keys: insert every source row with
+    its insert `values` (column → SQL text over the source, aliased s). One append instead of the
+    MERGE's passes (the files to rewrite, the rewrite, deletion vectors)."""
+    source.alias("s").selectExpr(*(f"{value} AS {column}" for column, value in values.items())) \
+        .write.format("delta").mode("append").save(path)
+
+
 def run_merge(spark: SparkSession, path: str, source: DataFrame, merge: MergeText) -> None:
     from delta.tables import DeltaTable
 
@@ -102,4 +124,4 @@ def run_merge(spark: SparkSession, path: str, source: DataFrame, merge: MergeTex
     )
 
 
-__all__ = ["MergeText", "merge_text", "run_merge"]
+__all__ = ["MergeText", "append_inserts", "holds_none", "in_key_range", "merge_text", "run_merge"]

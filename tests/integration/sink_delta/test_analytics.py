@@ -3,8 +3,10 @@ row, and event-time windows that follow the rows until closed, then record late 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
@@ -80,6 +82,29 @@ def test_a_truncate_closes_every_live_row_in_the_history(spark, derived):
     found = history(spark, derived)
     assert [(r["id"], r["source_op"]) for r in found] == [(1, "c"), (1, "t"), (2, "c"), (2, "d")]
     assert not any(r["is_current"] for r in found) and found[0]["valid_to"] == naive(T0 + 2 * MINUTE)
+
+
+def test_a_snapshot_range_is_appended_and_a_batch_reads_only_the_history_files_its_keys_span(spark, derived):
+    from delta.tables import DeltaTable
+
+    path = derived.history.path("products")
+    write(spark, derived, [at((1, k), T0, product((1, k), key=k, op="r")) for k in range(1, 11)], 0)
+    first = versions(spark, path)[0]
+    second = [at((2, k), T0, product((2, k), key=k, op="r")) for k in range(1000, 1011)]
+    write(spark, derived, second, 1)
+    assert DeltaTable.forPath(spark, path).history(1).collect()[0]["operation"] == "WRITE", \
+        "a key range the history holds no version in is appended"
+    held = versions(spark, path)
+    write(spark, derived, second, 1)
+    assert versions(spark, path) == held, "its replay is merged: no commit"
+    # The files of keys 1-10 gone: reading them would fail the next batch, which must not need them.
+    commit = (Path(path) / "_delta_log" / f"{first:020d}.json").read_text().splitlines()
+    for added in (json.loads(line)["add"]["path"] for line in commit if '"add"' in line):
+        (Path(path) / added).unlink()
+    write(spark, derived, [at((3, 1), T0 + MINUTE, product((3, 1), key=1005, price="9.00"))], 2)
+    found = spark.read.format("delta").load(path).where("id = 1005").orderBy(VERSION_MAJOR).collect()
+    assert [(r["source_op"], r["is_current"], r["valid_to"]) for r in found] == [
+        ("r", False, naive(T0 + MINUTE)), ("u", True, None)], "the earlier version was found and closed"
 
 
 def test_a_run_of_unchanged_toast_versions_takes_the_value_from_the_last_version_that_had_it(spark, derived):
