@@ -15,7 +15,9 @@ From every change of the batch (`Batch.every`, not only the newest per row), per
    values changed updated. A version's row is written once and changed only when a later version
    closes it, so the history is append-only but for that one update per row and batch (the previous
    current version's valid_to and is_current), which deletion vectors make a row mark, not a file
-   rewrite. A replay changes nothing and commits nothing.
+   rewrite. A replay changes nothing and commits nothing. Steps 2 and 4 read only the files whose key
+   statistics overlap the batch's key range (a one-column integer key); a batch that only inserts rows
+   the history holds no version of (a snapshot's next key range) is appended instead of merged.
 
 A truncate closes every row live just before it with a version of op 't'.
 """
@@ -175,7 +177,7 @@ class History:
                bounds: tuple[Any, Any] | None = None, inserts: bool = False) -> None:
         """`bounds`: the batch's lowest and highest key (a one-column integer key): the stored versions
         are read, and the MERGE looks for matches, only in the files whose key statistics overlap them.
-        `inserts`: the batch only inserts rows; if the table holds no version in `bounds` (a snapshot's
+        `inserts`: the batch only inserts rows; if the table holds no version of their keys (a snapshot's
         next key range), the versions are appended instead of merged."""
         from delta.tables import DeltaTable
 
