@@ -171,9 +171,8 @@ class CurrentState:
         path = self.path(plan.table)
         if hooks:
             hooks.before_merge(spark, plan, source, path)
-        # A batch that only inserts keys the table does not hold is not appended instead (as the history
-        # is): Delta's MERGE writes only the inserts when no file matches, and the check cost more
-        # than it saved (docs/sinks/delta.md).
+        # Always a MERGE, also for keys the table does not hold: Delta then writes only the inserts, and
+        # checking first to append instead (as the history does) cost more than it saved (docs/sinks/delta.md).
         run_merge(spark, path, source, merge_text(plan.keys, plan.data_columns, key_range(facts, plan.table)))
         if hooks:
             hooks.after_write(spark, plan.table, path, facts)

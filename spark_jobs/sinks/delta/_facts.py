@@ -88,7 +88,7 @@ def key_ranges(tables: list[str], catalogue: Catalogue) -> dict[str, Column]:
 
 def inserts_only(facts: Facts) -> bool:
     """Whether the batch only inserts rows of the table (a snapshot's reads, inserts): then, if the table
-    holds no row in the batch's key range, appending is what a MERGE would do, in fewer jobs."""
+    holds none of the batch's keys, appending is what a MERGE would do, in fewer jobs."""
     return facts.rows > 0 and facts.not_inserts == 0
 
 

@@ -35,7 +35,7 @@ from spark_jobs.model.catalogue import Catalogue
 from spark_jobs.model.config import PipelineConfig, history_table
 from spark_jobs.sinks.base import COMMIT_TS, KEYS_PROPERTY, VERSION_MAJOR, VERSION_MINOR
 from spark_jobs.sinks.delta._facts import Facts, collect_facts, inserts_only, key_range, key_ranges
-from spark_jobs.sinks.delta._merge import KEEP, OP, append_inserts, holds_none, in_key_range
+from spark_jobs.sinks.delta._merge import KEEP, OP, append_inserts, in_key_range
 from spark_jobs.sinks.delta._plan import TablePlan, plan_table
 from spark_jobs.sinks.delta._source import image, key_of_row_id, merge_source, rejected, with_images
 from spark_jobs.sinks.delta._tables import Tables
@@ -187,12 +187,11 @@ class History:
         arriving = arriving.select(*(
             (F.col(quote(f.name)) if f.name in arriving.columns else F.lit(None)).cast(f.dataType).alias(f.name)
             for f in history.schema.fields))
-        appending = inserts and bounds is not None and holds_none(spark, path, keys[0], bounds, arriving)
         near = history if bounds is None else history.where(in_key_range(quote(keys[0]), bounds))
-        # Appending: no stored version of these rows (the plan then has no join to run).
-        stored = history.limit(0) if appending else near.join(
-            arriving.select(*(quote(k) for k in keys)).distinct(), keys, "left_semi")
-        changed = intervals(stored, arriving, keys)
+        stored = near.join(arriving.select(*(quote(k) for k in keys)).distinct(), keys, "left_semi")
+        # A snapshot's next key range: no stored version of these rows, so an append with no join left to run.
+        appending = inserts and bounds is not None and stored.isEmpty()
+        changed = intervals(history.limit(0) if appending else stored, arriving, keys)
         data = [f.name for f in history.schema.fields if f.name not in keys and f.name not in _META_NAMES]
         # SQL text per column, typed as Delta's MERGE API takes it (SQL text or a Column).
         updates: dict[str, str | Column] = {VALID_TO: "s._valid_to", IS_CURRENT: "s._is_current",
@@ -200,12 +199,12 @@ class History:
         updates |= {quote(c): f"s.{quote('_v_' + c)}" for c in data}
         values = {**{c: str(v) for c, v in updates.items()},
                   **{quote(c): f"s.{quote(c)}" for c in (*keys, VERSION_MAJOR, VERSION_MINOR, SOURCE_OP, VALID_FROM)}}
-        on = " AND ".join([*(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys),
-                           f"t.{VERSION_MAJOR} = s.{VERSION_MAJOR}", f"t.{VERSION_MINOR} = s.{VERSION_MINOR}",
-                           *([] if bounds is None else [in_key_range(f"t.{quote(keys[0])}", bounds)])])
         if appending:
             append_inserts(path, changed, values)
             return
+        on = " AND ".join([*(f"t.{quote(k)} <=> s.{quote(k)}" for k in keys),
+                           f"t.{VERSION_MAJOR} = s.{VERSION_MAJOR}", f"t.{VERSION_MINOR} = s.{VERSION_MINOR}",
+                           *([] if bounds is None else [in_key_range(f"t.{quote(keys[0])}", bounds)])])
         (DeltaTable.forPath(spark, path).alias("t").merge(changed.alias("s"), on)
          .whenMatchedUpdate(set=updates).whenNotMatchedInsert(values=dict(values)).execute())
 

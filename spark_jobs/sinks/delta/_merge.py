@@ -94,14 +94,6 @@ def merge_text(keys: tuple[str, ...], columns: list[str], key_range: tuple[Any, 
     )
 
 
-def holds_none(spark: SparkSession, path: str, key: str, key_range: tuple[Any, Any], source: DataFrame) -> bool:
-    """Whether the table holds none of the (one-column) keys of `source`, whose keys lie in `key_range`:
-    reads only the files whose key statistics overlap the range (a snapshot's next range: none, or the
-    one or two at its edges, where Kafka's partitions of the batch ended a few keys apart)."""
-    near = spark.read.format("delta").load(path).where(in_key_range(quote(key), key_range))
-    return near.join(source.select(quote(key)), key, "left_semi").isEmpty()
-
-
 def append_inserts(path: str, source: DataFrame, values: Mapping[str, str]) -> None:
     """What a MERGE does to a table that holds none of the source's keys: insert every source row with
     its insert `values` (column → SQL text over the source, aliased s). One append instead of the
@@ -124,4 +116,4 @@ def run_merge(spark: SparkSession, path: str, source: DataFrame, merge: MergeTex
     )
 
 
-__all__ = ["MergeText", "append_inserts", "holds_none", "in_key_range", "merge_text", "run_merge"]
+__all__ = ["MergeText", "append_inserts", "in_key_range", "merge_text", "run_merge"]
