@@ -8,8 +8,8 @@ prints the CPU time the local Python workers used (their processes, read from /p
 stores of TIDE_JOB_ELASTICSEARCH_URL / TIDE_JOB_REDIS_URL (e.g. a stack's, `tide up`);
 BENCH_NO_NESTED=1 leaves the nested views out of the pipeline (the search sink's flat writes alone).
 
-- this tree (`spark_jobs.sinks.delta.warehouse` exists): decode_stream → newest_per_row (persisted, as
-  the pipeline does for a sink that is not SINGLE_PASS) → `sink.write(Batch)` → a count of the
+- this tree (`spark_jobs.sinks.delta.warehouse` exists): decode_stream → the pipeline's `batch_frames` (the
+  changes and the newest per row, persisted for a sink that is not SINGLE_PASS) → `sink.write(Batch)` → a count of the
   returned rejects, standing in for the pipeline's dead-letter write (one job either way);
 - with TIDE_JOB_KAFKA_BOOTSTRAP set: the query's own foreachBatch body (`BatchWriter._apply`: coalesced
   records, a single pass where the sink allows, dead letters written to that Kafka), the catalogue
@@ -189,13 +189,11 @@ class Runner:
             return
         from pyspark.sql import functions as F
 
-        from spark_jobs.changes.newest import newest_per_row
         from spark_jobs.changes.stream import decode_stream
-        from spark_jobs.sinks.base import Batch, Capability
+        from spark_jobs.pipeline import batch_frames
+        from spark_jobs.sinks.base import Batch
 
-        changes = decode_stream(kafka, self.sink.tables())
-        every = changes.persist() if self.sink.can(Capability.EVERY_CHANGE) else changes
-        newest = newest_per_row(every).persist()
+        every, newest = batch_frames(decode_stream(kafka, self.sink.tables()), self.sink)
         try:
             good = F.col("error").isNull()
             rejected = self.sink.write(Batch(batch_id, self.spark, newest.where(good), every.where(good),

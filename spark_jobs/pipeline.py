@@ -80,6 +80,17 @@ def source(spark: SparkSession, settings: JobSettings, topics: list[str], starti
     return reader.load().select("topic", "partition", "offset", "key", "value", "headers")
 
 
+def batch_frames(changes: DataFrame, sink: Sink) -> tuple[DataFrame, DataFrame]:
+    """A batch's decoded changes and its newest change per row. Both persisted unless the sink writes in
+    a single pass: its own actions (Delta's MERGEs) would each read the topics again, and
+    `newest_per_row` alone reads the changes three times (the union, both sides of the key moves' join),
+    each read fetching the batch from Kafka and decoding it again."""
+    if sink.can(Capability.SINGLE_PASS):
+        return changes, newest_per_row(changes)
+    changes = changes.persist()
+    return changes, newest_per_row(changes).persist()
+
+
 class BatchWriter:
     """The foreachBatch function of one sink's query; runs on the driver."""
 
@@ -105,17 +116,11 @@ class BatchWriter:
                  len(jobs), stages)
 
     def _apply(self, records: DataFrame, batch_id: int) -> None:
-        single_pass = self.sink.can(Capability.SINGLE_PASS)
         catalogue = self.catalogue.current()
         # One task per Kafka partition (12 for the demo's 4 topics x 3) would each pay a task's fixed cost
         # (the plan deserialised, a scheduling round) however few records it reads: coalesced, no shuffle.
         records = records.coalesce(records.sparkSession.sparkContext.defaultParallelism)
-        changes = decode_stream(records, self.tables, catalogue)
-        if not single_pass and self.sink.can(Capability.EVERY_CHANGE):
-            changes = changes.persist()
-        newest = newest_per_row(changes)
-        if not single_pass:
-            newest = newest.persist()
+        changes, newest = batch_frames(decode_stream(records, self.tables, catalogue), self.sink)
         try:
             good = F.col("error").isNull()
             batch = Batch(batch_id, records.sparkSession, newest.where(good), changes.where(good), catalogue)
@@ -125,9 +130,8 @@ class BatchWriter:
                 letters = letters.unionByName(dead_letters.letters(rejected, f"apply:{self.sink.name}"))
             dead_letters.write(letters, self.settings.kafka_bootstrap, self.settings.dlq_topic)
         finally:
-            if not single_pass:
-                newest.unpersist()
-                changes.unpersist()
+            newest.unpersist()
+            changes.unpersist()
 
     def _wait_for_sink(self, batch_id: int) -> None:
         """Hold this query (only this one) until its store answers. Launching tasks against a store
