@@ -193,8 +193,7 @@ class Runner:
         from spark_jobs.pipeline import batch_frames
         from spark_jobs.sinks.base import Batch
 
-        every, newest = batch_frames(decode_stream(kafka, self.sink.tables()), self.sink)
-        try:
+        with batch_frames(decode_stream(kafka, self.sink.tables()), self.sink) as (every, newest):
             good = F.col("error").isNull()
             rejected = self.sink.write(Batch(batch_id, self.spark, newest.where(good), every.where(good),
                                              self.catalogue))
@@ -202,9 +201,6 @@ class Runner:
             if rejected is not None:
                 letters = letters.unionByName(rejected.select("origin"))
             letters.count()  # the pipeline's dead-letter write: one job
-        finally:
-            newest.unpersist()
-            every.unpersist()
 
     def _append_changes(self, kafka, batch_id: int) -> None:
         """The batch's decoded changes of every table in one idempotent Delta append (one job, one commit)."""

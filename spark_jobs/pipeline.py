@@ -18,6 +18,8 @@ Exactly-once effect = at-least-once delivery (checkpointed offsets, a failed mic
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, overload
 
@@ -80,15 +82,22 @@ def source(spark: SparkSession, settings: JobSettings, topics: list[str], starti
     return reader.load().select("topic", "partition", "offset", "key", "value", "headers")
 
 
-def batch_frames(changes: DataFrame, sink: Sink) -> tuple[DataFrame, DataFrame]:
-    """A batch's decoded changes and its newest change per row. Both persisted unless the sink writes in
-    a single pass: its own actions (Delta's MERGEs) would each read the topics again, and
-    `newest_per_row` alone reads the changes three times (the union, both sides of the key moves' join),
-    each read fetching the batch from Kafka and decoding it again."""
+@contextmanager
+def batch_frames(changes: DataFrame, sink: Sink) -> Iterator[tuple[DataFrame, DataFrame]]:
+    """A batch's decoded changes and its newest change per row, for the batch's writes. Both persisted
+    (and released after) unless the sink writes in a single pass: its own actions (Delta's MERGEs) would
+    each read the topics again, and `newest_per_row` alone reads the changes three times (the union, both
+    sides of the key moves' join), each read fetching the batch from Kafka and decoding it again."""
     if sink.can(Capability.SINGLE_PASS):
-        return changes, newest_per_row(changes)
+        yield changes, newest_per_row(changes)
+        return
     changes = changes.persist()
-    return changes, newest_per_row(changes).persist()
+    newest = newest_per_row(changes).persist()
+    try:
+        yield changes, newest
+    finally:
+        newest.unpersist()
+        changes.unpersist()
 
 
 class BatchWriter:
@@ -120,8 +129,7 @@ class BatchWriter:
         # One task per Kafka partition (12 for the demo's 4 topics x 3) would each pay a task's fixed cost
         # (the plan deserialised, a scheduling round) however few records it reads: coalesced, no shuffle.
         records = records.coalesce(records.sparkSession.sparkContext.defaultParallelism)
-        changes, newest = batch_frames(decode_stream(records, self.tables, catalogue), self.sink)
-        try:
+        with batch_frames(decode_stream(records, self.tables, catalogue), self.sink) as (changes, newest):
             good = F.col("error").isNull()
             batch = Batch(batch_id, records.sparkSession, newest.where(good), changes.where(good), catalogue)
             rejected = self.sink.write(batch)
@@ -129,9 +137,6 @@ class BatchWriter:
             if rejected is not None:
                 letters = letters.unionByName(dead_letters.letters(rejected, f"apply:{self.sink.name}"))
             dead_letters.write(letters, self.settings.kafka_bootstrap, self.settings.dlq_topic)
-        finally:
-            newest.unpersist()
-            changes.unpersist()
 
     def _wait_for_sink(self, batch_id: int) -> None:
         """Hold this query (only this one) until its store answers. Launching tasks against a store

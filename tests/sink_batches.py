@@ -18,10 +18,6 @@ def apply(sink: Sink, spark: Any, rows: list[dict[str, Any]], catalogue: Catalog
           batch_id: int = 0) -> dict[int, str]:
     """Apply `rows` as one micro-batch; {position of a rejected row in `rows`: reason}."""
     numbered = [{**row, "origin": {**row["origin"], "offset": position}} for position, row in enumerate(rows)]
-    changes, newest = batch_frames(frame(spark, numbered), sink)
-    try:
+    with batch_frames(frame(spark, numbered), sink) as (changes, newest):
         rejected = sink.write(Batch(batch_id, spark, newest, changes, catalogue or demo_catalogue()))
         return {} if rejected is None else {row["origin"]["offset"]: row["error"] for row in rejected.collect()}
-    finally:
-        newest.unpersist()
-        changes.unpersist()

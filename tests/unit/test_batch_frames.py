@@ -30,13 +30,9 @@ def counted_reads(spark, sink_name: str, tmp_path, actions: int) -> int:
 
     decoded = frame(spark, ROWS).withColumn("table", F.udf(read, StringType())("table"))
     sink = build_sink(sink_name, JobSettings(warehouse_dir=tmp_path), load())
-    changes, newest = batch_frames(decoded, sink)
-    try:
+    with batch_frames(decoded, sink) as (_, newest):
         for _ in range(actions):
             assert newest.count() == 3
-    finally:
-        newest.unpersist()
-        changes.unpersist()
     return reads.value
 
 
@@ -48,5 +44,5 @@ def test_a_sink_of_several_actions_decodes_each_change_once(spark, sink_name, tm
 def test_a_single_pass_sink_gets_its_frames_unpersisted(spark, tmp_path):
     # Its one job per batch reads the changes as its plan does: a cache would cost a pass of its own.
     sink = build_sink("cache", JobSettings(warehouse_dir=tmp_path), load())
-    changes, newest = batch_frames(frame(spark, ROWS), sink)
-    assert not changes.is_cached and not newest.is_cached
+    with batch_frames(frame(spark, ROWS), sink) as (changes, newest):
+        assert not changes.is_cached and not newest.is_cached
