@@ -145,9 +145,11 @@ class Runner:
 
             self.catalogue = demo_catalogue()
             # Search and cache write to the stores named by TIDE_JOB_ELASTICSEARCH_URL / TIDE_JOB_REDIS_URL.
-            self.sink = build_sink(sink_name, JobSettings(warehouse_dir=Path(warehouse)), pipeline)
+            # Before the sink is built: its tables take a copy of TABLE_PROPERTIES when it is.
             self._tables_properties(properties)
+            self.sink = build_sink(sink_name, JobSettings(warehouse_dir=Path(warehouse)), pipeline)
             self.sink.setup(spark, self.catalogue)
+            self._check_properties(properties)
         else:
             from spark_jobs.model.settings import JobSettings
             from spark_jobs.pipeline import BatchWriter
@@ -176,6 +178,20 @@ class Runner:
         from spark_jobs.sinks.delta import _tables
 
         _tables.TABLE_PROPERTIES.update(properties)
+
+    def _check_properties(self, properties: dict[str, str]) -> None:
+        """Stop unless every Delta table of the sink holds the --property settings (read back from its log)."""
+        if not properties:
+            return
+        from delta.tables import DeltaTable
+
+        from spark_jobs.sinks.delta.maintenance import delta_tables
+
+        for path in delta_tables(self.sink.folders()):
+            held = DeltaTable.forPath(self.spark, path).detail().collect()[0]["properties"]
+            missing = {key: value for key, value in properties.items() if held.get(key) != value}
+            if missing:
+                raise SystemExit(f"{path} does not hold {missing} (it holds {held})")
 
     def apply(self, kafka, batch_id: int) -> None:
         if not self.new:
@@ -354,7 +370,7 @@ def main() -> None:
                 kafka.count()
                 print(json.dumps(measure(spark, runner, kafka, batch_id, args.rows)), flush=True)
                 kafka.unpersist()
-                optimize_every(spark, runner.sink.folders(), batch_id + 1, args.optimize_every)
+                optimize_every(spark, runner.sink, batch_id + 1, args.optimize_every)
         else:
             batch_id = 0
             for first in range(0, args.seed, args.seed_batch):
@@ -374,7 +390,7 @@ def main() -> None:
                 print(json.dumps({**updated, **result}), flush=True)
                 kafka.unpersist()
                 batch_id += 1
-                optimize_every(spark, runner.sink.folders(), step + 1, args.optimize_every)
+                optimize_every(spark, runner.sink, step + 1, args.optimize_every)
     print_python_workers_cpu()
     spark.stop()
 

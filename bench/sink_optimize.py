@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 
-def optimize_every(spark, folders: list[str], done: int, every: int) -> None:
+def optimize_every(spark, sink, done: int, every: int) -> None:
     """After every `every` batches: each table's full read (as `tide verify` reads it), then its compaction
     and vacuum (a week's retention: nothing deleted), then the same read again; one JSON line a table."""
     if not every or done % every:
@@ -23,7 +23,7 @@ def optimize_every(spark, folders: list[str], done: int, every: int) -> None:
         spark.read.format("delta").load(path).selectExpr("sum(length(to_json(struct(*))))").collect()
         return round(time.monotonic() - started, 2)
 
-    for path in delta_tables(folders):
+    for path in delta_tables(sink.folders()):
         before = read_s(path)
         started = time.monotonic()
         found = maintain(spark, path)
