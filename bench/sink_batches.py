@@ -18,8 +18,8 @@ BENCH_NO_NESTED=1 leaves the nested views out of the pipeline (the search sink's
 
 Usage (PYTHONPATH = the tree to measure):
     python bench/sink_batches.py jobs --sink warehouse|analytics|search|cache|changes --batches 4 --rows 2000
-    python bench/sink_batches.py load --seed 1000000 --batch 50000 --batches 3 [--table orders] [--property k=v ...]
-    (either mode: --optimize-every N compacts the tables after every N batches, each table read before and after)
+    python bench/sink_batches.py load --seed 1000000 --batch 50000 --batches 3 [--table orders] [--tombstones N]
+    (either mode: --property k=v, --conf k=v; --optimize-every N compacts the tables after every N batches)
 Prints one JSON line per batch: rows, seconds, jobs, stages (run and skipped), load average, the
 seconds Catalyst's rules took (analysis and optimisation), Janino compilations and their seconds;
 `--sink changes` measures issue 34's alternative design: the batch's changes of every table appended once
@@ -333,8 +333,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1_000_000)
     parser.add_argument("--seed-batch", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=50_000)
-    parser.add_argument("--table", default="orders", choices=list(SHARES),
-                        help="load mode: the table seeded and updated")
+    parser.add_argument("--tombstones", type=int, default=0,
+                        help="load mode: deletes of keys the table does not hold, applied after the seed")
+    parser.add_argument("--table", default="orders", choices=list(SHARES), help="load mode: the table used")
     parser.add_argument("--property", action="append", default=[])
     parser.add_argument("--conf", action="append", default=[], help="a Spark SQL setting k=v for the run")
     parser.add_argument("--master", default="local[2]")
@@ -372,27 +373,27 @@ def main() -> None:
                 kafka.unpersist()
                 optimize_every(spark, runner.sink, batch_id + 1, args.optimize_every)
         else:
-            batch_id = 0
-            for first in range(0, args.seed, args.seed_batch):
-                kafka = records(spark, args.table, first + 1, args.seed_batch, "r", 1).persist()
-                kafka.count()
-                result = measure(spark, runner, kafka, batch_id, args.seed_batch)
-                seeded = {"phase": "seed", "table": args.table, "properties": properties, **result}
-                print(json.dumps(seeded), flush=True)
-                kafka.unpersist()
-                batch_id += 1
-            for step in range(args.batches):
-                kafka = records(spark, args.table, 1, args.batch, "u", 1000 + step,
-                                keyspace=int(args.seed * 1.05)).persist()
-                rows = kafka.count()
-                result = measure(spark, runner, kafka, batch_id, rows)
-                updated = {"phase": "update", "table": args.table, "properties": properties, "table_rows": args.seed}
-                print(json.dumps({**updated, **result}), flush=True)
-                kafka.unpersist()
-                batch_id += 1
-                optimize_every(spark, runner.sink, step + 1, args.optimize_every)
+            load(spark, runner, args, properties)
     print_python_workers_cpu()
     spark.stop()
+
+
+def load(spark, runner: Runner, args, properties: dict[str, str]) -> None:
+    """Seed `args.table` (snapshot batches), then, with --tombstones N, delete N keys the table does not
+    hold (N tombstones, the table unchanged), then update random keys; one JSON line per batch."""
+    seeds = [("seed", first + 1, args.seed_batch, "r", 1, None) for first in range(0, args.seed, args.seed_batch)]
+    deletes = [("tombstones", args.seed + first + 1, min(args.seed_batch, args.tombstones - first), "d", 2, None)
+               for first in range(0, args.tombstones, args.seed_batch)]
+    updates = [("update", 1, args.batch, "u", 1000 + step, int(args.seed * 1.05)) for step in range(args.batches)]
+    for batch_id, (phase, first_key, count, op, major, keyspace) in enumerate(seeds + deletes + updates):
+        kafka = records(spark, args.table, first_key, count, op, major, keyspace=keyspace).persist()
+        rows = kafka.count()
+        result = measure(spark, runner, kafka, batch_id, rows)
+        print(json.dumps({"phase": phase, "table": args.table, "properties": properties, "table_rows": args.seed,
+                          "tombstones": args.tombstones, **result}), flush=True)
+        kafka.unpersist()
+        if phase == "update":
+            optimize_every(spark, runner.sink, batch_id - len(seeds) - len(deletes) + 1, args.optimize_every)
 
 
 if __name__ == "__main__":

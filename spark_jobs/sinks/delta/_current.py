@@ -107,7 +107,7 @@ class CurrentState:
         the rejected changes as a lazy frame, or None. A primary-key move whose old row changed in the
         same batch arrives filled from that change (spark_jobs/changes/newest.py)."""
         mine = newest.where(F.col("table").isin(*self.tables))
-        guarded = mine.join(self.marks.newest(spark), ["table", "row_id"], "left").persist()
+        guarded = mine.join(self.marks.newest(spark, mine), ["table", "row_id"], "left").persist()
         try:
             ranges = key_ranges(self.tables, catalogue) if self.prune_by_key_range else {}
             extras = ranges | (hooks.extras(catalogue) if hooks else {})

@@ -64,11 +64,14 @@ class Marks:
         ).collect()
         self.watermarks = {row["table"]: (row["v"]["major"], row["v"]["minor"]) for row in marks}
 
-    def newest(self, spark: SparkSession) -> DataFrame:
-        """(table, row_id, tomb): each deleted row's newest tombstone as struct<major, minor>."""
-        return spark.read.format("delta").load(self.tombstones_path).groupBy("table", "row_id").agg(
-            F.max(F.struct("major", "minor")).alias("tomb")
-        )
+    def newest(self, spark: SparkSession, rows: DataFrame) -> DataFrame:
+        """(table, row_id, tomb): the newest tombstone, as struct<major, minor>, of each row of `rows`
+        (columns table, row_id) that has one. The table holds every delete ever applied, so only the
+        batch's rows are grouped: the rest is dropped by a broadcast semi-join as it is read, where
+        grouping the whole table cost every batch more as deletes accumulated (docs/sinks/delta.md)."""
+        batch_rows = F.broadcast(rows.select("table", "row_id"))
+        found = spark.read.format("delta").load(self.tombstones_path).join(batch_rows, ["table", "row_id"], "left_semi")
+        return F.broadcast(found.groupBy("table", "row_id").agg(F.max(F.struct("major", "minor")).alias("tomb")))
 
     def record(self, deletes: DataFrame) -> None:
         """Append tombstones (columns of TOMBSTONES). The caller knows the frame is not empty: an

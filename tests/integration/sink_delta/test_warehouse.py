@@ -19,7 +19,7 @@ from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR, Batch
 from spark_jobs.sinks.delta import WarehouseSink
 from spark_jobs.sinks.delta.maintenance import maintain, session_settings
 from tests.integration.sink_delta.support import MEMBERS, order, product, truncate, versions, write
-from tests.unit.spark_frames import change
+from tests.unit.spark_frames import change, frame
 
 pytestmark = pytest.mark.stack
 
@@ -143,6 +143,16 @@ def test_a_replayed_batch_commits_nothing_to_any_table(spark, sink):
     assert write(spark, sink, changes, 2) == []
     assert rows(spark, sink, "products") == before and set(before) == {1, 4}
     assert versions(spark, *paths) == held, "a replay must not add commits to any table"
+
+
+def test_a_batch_groups_the_tombstones_of_its_own_rows_only(spark, sink):
+    """The tombstones table keeps every delete ever applied; a batch's lookup returns its own rows' newest."""
+    write(spark, sink, [product((5, key), key=key, op="d") for key in (1, 2, 3)], 0)
+    write(spark, sink, [product((6, 1), key=2, op="d")], 1)
+    row_id = {key: product((7, 1), key=key)["row_id"] for key in (1, 2, 3, 4)}
+    asked = frame(spark, [product((7, 1), key=2), product((7, 2), key=4)])
+    found = sink.state.marks.newest(spark, asked).collect()
+    assert [(row["table"], row["row_id"], tuple(row["tomb"])) for row in found] == [("products", row_id[2], (6, 1))]
 
 
 def test_a_column_added_at_the_source_appears_without_a_restart_and_older_rows_read_null(spark, sink):
