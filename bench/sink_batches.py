@@ -25,7 +25,8 @@ seconds Catalyst's rules took (analysis and optimisation), Janino compilations a
 `--sink changes` measures issue 34's alternative design: the batch's changes of every table appended once
 to one Delta table (docs/sinks/delta.md, "An append-only changes table"). BENCH_DETAIL=1 adds each
 job's description (Delta's names for its passes). BENCH_STAGES=1 adds each stage's tasks, wall, run
-and CPU milliseconds, BENCH_RULES=1 prints the time per rule to stderr.
+and CPU milliseconds, BENCH_RULES=1 prints the time per rule to stderr; BENCH_SPREAD_TIMES=1 spreads orders'
+created_at a second apart by key (event-time windows over a timeline, not one window).
 """
 
 from __future__ import annotations
@@ -65,16 +66,16 @@ def records(spark, table: str, first_key: int, count: int, op: str, major: int, 
     from pyspark.sql import functions as F
 
     value_schema, key_schema = _schemas(TEMPLATES[table])
-    ids = spark.range(count)
     key = (F.col("id") + first_key) if keyspace is None else (F.rand(major) * keyspace).cast("bigint") + 1
-    rows = ids.select(key.alias("k"), F.col("id").alias("n"))
-    if keyspace is not None:
-        rows = rows.dropDuplicates(["k"])
+    rows = spark.range(count).select(key.alias("k"), F.col("id").alias("n"))
+    rows = rows if keyspace is None else rows.dropDuplicates(["k"])
     stamp = F.lit("2026-11-22T06:55:32.386297Z")
+    created = (F.date_format(F.timestamp_seconds(F.col("k") + 1_763_794_532), "yyyy-MM-dd'T'HH:mm:ss'Z'")
+               if os.environ.get("BENCH_SPREAD_TIMES") else stamp)  # orders a second apart by key
     after = {
         "orders": F.struct(F.col("k").alias("id"), (F.col("k") % 1000).alias("customer_id"),
                            F.lit("paid").alias("status"), F.format_string("%d.50", F.col("k") % 997).alias("total"),
-                           stamp.alias("created_at"), stamp.alias("updated_at")),
+                           created.alias("created_at"), stamp.alias("updated_at")),
         "order_items": F.struct(F.col("k").alias("order_id"), F.lit(1).alias("line_no"),
                                 (F.col("k") % 500).alias("product_id"), (F.col("k") % 7).alias("quantity"),
                                 F.lit("3.25").alias("unit_price")),
@@ -379,8 +380,7 @@ def main() -> None:
 
 
 def load(spark, runner: Runner, args, properties: dict[str, str]) -> None:
-    """Seed `args.table` (snapshot batches), then, with --tombstones N, delete N keys the table does not
-    hold (N tombstones, the table unchanged), then update random keys; one JSON line per batch."""
+    """Seed `args.table`, then delete --tombstones keys it does not hold, then update random keys."""
     seeds = [("seed", first + 1, args.seed_batch, "r", 1, None) for first in range(0, args.seed, args.seed_batch)]
     deletes = [("tombstones", args.seed + first + 1, min(args.seed_batch, args.tombstones - first), "d", 2, None)
                for first in range(0, args.tombstones, args.seed_batch)]
