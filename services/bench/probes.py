@@ -17,6 +17,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 
 from services.demo.workload import PROBE_DOMAIN
 from services.jobs.driver import job_settings
@@ -159,6 +160,9 @@ class FreshnessProbe:
                  interval_s: float = 0.5) -> None:
         self.conninfo, self.finders, self.clock, self.interval_s = conninfo, finders, clock, interval_s
         self.markers: dict[int, Marker] = {}
+        # Per sink, the ids it has not shown yet, oldest first: its reader polls every few ms and should not
+        # scan every marker of the run to find them.
+        self._waiting: dict[str, dict[int, None]] = {sink: {} for sink in finders}
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._writing = threading.Event()
@@ -178,7 +182,7 @@ class FreshnessProbe:
 
     def pending(self) -> dict[str, int]:
         with self._lock:
-            return {sink: sum(1 for m in self.markers.values() if sink not in m.seen_at) for sink in self.finders}
+            return {sink: len(waiting) for sink, waiting in self._waiting.items()}
 
     def stop(self) -> None:
         self._writing.clear()
@@ -203,12 +207,14 @@ class FreshnessProbe:
                 committed = self.clock()  # autocommit: the INSERT has committed when execute returns
                 with self._lock:
                     self.markers[key] = Marker(key, committed)
+                    for waiting in self._waiting.values():
+                        waiting[key] = None
 
     def _read(self, sink: str) -> None:
         finder = self.finders[sink]
         while not self._stop.wait(POLL_S[sink]):
             with self._lock:
-                waiting = [m.id for m in self.markers.values() if sink not in m.seen_at][:500]
+                waiting = list(islice(self._waiting[sink], 500))
             if not waiting:
                 continue
             try:
@@ -219,7 +225,8 @@ class FreshnessProbe:
                 continue
             seen = self.clock()
             with self._lock:
-                for key in found:
+                for key in found:  # a subset of `waiting`: the finders answer for the ids asked
+                    self._waiting[sink].pop(key, None)
                     self.markers[key].seen_at.setdefault(sink, seen)
 
     def delays(self, since: float = 0.0, until: float = float("inf")) -> dict[str, list[list[float]]]:
