@@ -150,7 +150,7 @@ def start(records: DataFrame, sink: Sink, catalogue: Catalogue, settings: JobSet
     from spark_jobs.changes.stream import decode_stream
 
     spark = records.sparkSession
-    rows = sink.writer_rows(decode_stream(records, sink.tables(), catalogue), catalogue)
+    rows = sink.writer_rows(decode_stream(records, sink.tables(), catalogue, tombstones=True), catalogue)
     jvm = spark.sparkContext._jvm
     assert jvm is not None, "a running session's context has its JVM gateway"
     writer = sink.writer(jvm, LetterTopic(settings.kafka_bootstrap, settings.dlq_topic))

@@ -3,7 +3,8 @@ no Python per row.
 
 Nothing downstream reads raw Debezium JSON. A record that cannot be read becomes a row with `error`
 set (a dead letter), never a failed batch; a tombstone (NULL value) is dropped: it only serves
-compaction, and the delete record before it carries the delete.
+compaction, and the delete record before it carries the delete. A real-time query keeps its tombstones
+as rows of kind `pass` (`writer_kind`), so that its writers can count them as applied.
 """
 
 from __future__ import annotations
@@ -130,15 +131,32 @@ def _local_times(after: Column, table: Column, columns: dict[str, str]) -> Colum
 
 
 def decode_stream(records: DataFrame, tables: Iterable[str],
-                  catalogue: Mapping[str, TableSchema] | None = None) -> DataFrame:
+                  catalogue: Mapping[str, TableSchema] | None = None, *, tombstones: bool = False) -> DataFrame:
     """`records` (Kafka source columns: topic, partition, offset, key, value, and headers if the source
     includes them) as `CHANGE` rows. A change to a table not in `tables` is a dead letter too: the
     sink's query subscribes only to its own tables' topics, so such a record is misrouted. With
-    `catalogue`, dates, timestamps and times without a zone lose the UTC mark Debezium gives them."""
+    `catalogue`, dates, timestamps and times without a zone lose the UTC mark Debezium gives them.
+    With `tombstones`, each tombstone stays as a row with neither `op` nor `error` (`is_tombstone`)."""
     wanted = tuple(sorted(set(tables)))
     local_times = tuple(sorted(local_time_columns(catalogue or {}, wanted).items()))
     parsed, unpacked, changes = _decoding(wanted, local_times, "headers" in records.columns)
-    return records.where(F.col("value").isNotNull()).select(*parsed).select(*unpacked).select(*changes)
+    kept = records if tombstones else records.where(F.col("value").isNotNull())
+    return kept.select(*parsed).select(*unpacked).select(*changes)
+
+
+def is_tombstone(undecoded: Column) -> Column:
+    """Whether a `CHANGE` row is a kept tombstone: no op, and not a record that failed to decode
+    (`undecoded`: its `error` is set; a record that is not a tombstone always has an op or an error)."""
+    return F.col("op").isNull() & ~undecoded
+
+
+def writer_kind(undecoded: Column, refused: Column) -> Column:
+    """A real-time writer row's `kind` (spark_jobs/jars' ChangeWriter) from its `CHANGE` row: pass (a
+    tombstone: nothing to apply, its position still counts), letter (`undecoded`, or a change the sink
+    `refused`), truncate or row."""
+    truncate = F.col("op") == envelope.TRUNCATE
+    return (F.when(is_tombstone(undecoded), F.lit("pass")).when(undecoded | (~truncate & refused), F.lit("letter"))
+            .when(truncate, F.lit("truncate")).otherwise(F.lit("row")))
 
 
 @reused
@@ -172,7 +190,8 @@ def _decoding(wanted: tuple[str, ...], local_times: tuple[tuple[str, str], ...],
     truncate = op == envelope.TRUNCATE
     none = F.array().cast("array<string>")
     error = (
-        F.when(op.isNull(), F.when(F.get_json_object(F.col("value").cast("string"), "$").isNull(),
+        F.when(F.col("value").isNull(), F.lit(None).cast("string"))  # a tombstone (kept: `tombstones`)
+        .when(op.isNull(), F.when(F.get_json_object(F.col("value").cast("string"), "$").isNull(),
                                    F.lit("value is not JSON")).otherwise(F.lit("value has no Debezium op")))
         .when(~op.isin(*envelope.OPS), F.concat(F.lit("unknown op "), op))
         .when(source["table"].isNull(), F.lit("payload has no source.table"))
@@ -204,4 +223,5 @@ def _decoding(wanted: tuple[str, ...], local_times: tuple[tuple[str, str], ...],
     return parsed, unpacked, changes
 
 
-__all__ = ["FIELDS", "LOCAL_TIME_TYPES", "decode_stream", "local_time_columns", "row_id_column", "version_column"]
+__all__ = ["FIELDS", "LOCAL_TIME_TYPES", "decode_stream", "is_tombstone", "local_time_columns", "row_id_column",
+           "version_column", "writer_kind"]

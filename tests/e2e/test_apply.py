@@ -62,16 +62,24 @@ def test_snapshot_then_a_minute_of_writes_converge_in_every_sink(run):
     converged(jobs, pipeline, timeout=CONVERGE_S)
 
 
-def test_search_and_cache_writers_publish_what_they_applied_as_their_querys_group_offsets(run, stack):
+def test_search_and_cache_writers_publish_what_they_applied_a_deletes_tombstone_too(run, stack):
     """`tide status` reads these positions beside the checkpoints (services/jobs/lag.py): a real-time
-    query's checkpoint alone would be up to an epoch old."""
+    query's checkpoint alone would be up to an epoch old. A record with nothing to apply counts too: the
+    tombstone after a delete is its partition's last record, which would otherwise look behind until the
+    epoch's end."""
     jobs, pipeline, _ = run
     topic = pipeline.topic("orders")
     before = lag.end_offsets(stack, [topic])[topic]
     with psycopg.connect(postgres.conninfo(stack), autocommit=True) as conn:
-        conn.execute("INSERT INTO orders (status, total) VALUES ('pending', 1.00)")
-    captured = wait_until(lambda: {p: end for p, end in lag.end_offsets(stack, [topic])[topic].items()
-                                   if end > before.get(p, 0)}, CONVERGE_S, "the new order captured")
+        (order,) = conn.execute("INSERT INTO orders (status, total) VALUES ('pending', 1.00) RETURNING id").fetchone()
+        conn.execute("DELETE FROM orders WHERE id = %s", (order,))
+
+    def captured_with_its_tombstone() -> dict[int, int]:  # the insert, the delete, the tombstone
+        ends = lag.end_offsets(stack, [topic])[topic]
+        grown = {p: end for p, end in ends.items() if end > before.get(p, 0)}
+        return grown if sum(grown.values()) - sum(before.get(p, 0) for p in grown) >= 3 else {}
+
+    captured = wait_until(captured_with_its_tombstone, CONVERGE_S, "the new order, its delete and tombstone captured")
     checkpoints = {sink: driver.job_settings(jobs).checkpoint_dir / sink for sink in jobs.job_realtime_sinks}
     assert set(checkpoints) == {"search", "cache"}
 
@@ -79,7 +87,7 @@ def test_search_and_cache_writers_publish_what_they_applied_as_their_querys_grou
         applied = lag.applied_offsets(stack, checkpoints)
         return all(applied[sink].get(topic, {}).get(p, 0) >= end for sink in checkpoints for p, end in captured.items())
 
-    wait_until(published_past_the_order, CONVERGE_S, "search and cache publishing the order as applied")
+    wait_until(published_past_the_order, CONVERGE_S, "search and cache publishing the tombstone as applied")
 
 
 def test_a_driver_whose_jvm_dies_is_started_again_by_itself_loses_nothing_and_never_goes_back_a_version(run, stack):

@@ -176,9 +176,10 @@ def writer_rows(changes: DataFrame, catalogue: Catalogue, tables: list[str], ali
     """`changes` (CHANGE rows of the search tables, dead letters included, in partition order) → the
     WRITER_COLUMNS the JVM writer takes in Real-Time Mode: `kind` row (the same documents and request
     fragments the micro-batch shipper joins, plus the old key's heads for a primary-key move), truncate,
-    or letter (a dead letter, ready). `touches`: per change, the JSON lookups of the nested views it
+    letter (a dead letter, ready) or pass (a tombstone). `touches`: per change, the JSON lookups of the nested views it
     may affect, which the writer produces once the change is applied (an empty array without views)."""
     from spark_jobs.changes.dead_letters import letter_value
+    from spark_jobs.changes.stream import writer_kind
 
     undecoded = F.col("error").isNotNull()
     prepared = changes.select(
@@ -189,8 +190,7 @@ def writer_rows(changes: DataFrame, catalogue: Catalogue, tables: list[str], ali
     )
     truncate, refused_here = F.col("op") == "t", F.col("error").isNotNull()
     return prepared.select(
-        F.when(F.col("undecoded") | (~truncate & refused_here), F.lit("letter")).when(truncate, F.lit("truncate"))
-        .otherwise(F.lit("row")).alias("kind"),
+        writer_kind(F.col("undecoded"), refused_here).alias("kind"),
         "origin",
         F.coalesce(F.col("decode_letter"),
                    F.when(~truncate & refused_here, letter_value(f"apply:{sink}", F.col("error"))))

@@ -115,13 +115,15 @@ def glob_escaped(text: Column) -> Column:
 def writer_rows(changes: DataFrame, prefix: str, sink: str) -> DataFrame:
     """`changes` (CHANGE rows, dead letters included) → WRITER_ROWS, what the JVM writer
     (dev.tideline.writers.RedisChangeWriter) takes in Real-Time Mode: `kind` row (its APPLY_BATCH
-    arguments), truncate (its watermark, version and SCAN patterns) or letter (a dead letter, ready)."""
+    arguments), truncate (its watermark, version and SCAN patterns), letter (a dead letter, ready) or
+    pass (a tombstone)."""
     return changes.select(*_writer_columns(prefix, sink))
 
 
 @reused
 def _writer_columns(prefix: str, sink: str) -> list[Column]:
     from spark_jobs.changes.dead_letters import letter_value
+    from spark_jobs.changes.stream import writer_kind
 
     undecoded, refused = F.col("error").isNotNull(), _error().isNotNull()
     truncate = F.col("op") == "t"
@@ -136,8 +138,7 @@ def _writer_columns(prefix: str, sink: str) -> list[Column]:
         "tombstone_pattern": F.concat(glob_escaped(tombstone_key(prefix, table, F.lit(""))), F.lit("*")),
     }
     return [
-        F.when(undecoded | (~truncate & refused), F.lit("letter")).when(truncate, F.lit("truncate"))
-        .otherwise(F.lit("row")).alias("kind"),
+        writer_kind(undecoded, refused).alias("kind"),
         # Text, not binary: a cast of each element would need a lambda, which runs every expression
         # under it interpreted (docs/apply.md, "Generated code"); the writer encodes them as UTF-8.
         F.when(~undecoded & ~truncate & ~refused, F.array(*_arguments(prefix))).alias("args"),

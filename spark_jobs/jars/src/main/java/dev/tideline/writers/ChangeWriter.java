@@ -1,6 +1,8 @@
 package dev.tideline.writers;
 
 import java.util.List;
+import java.util.Objects;
+import java.util.function.Consumer;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.ForeachWriter;
 import org.apache.spark.sql.Row;
@@ -14,10 +16,13 @@ import org.apache.spark.sql.Row;
  *       ({@link #shipChunk}); a row the store refuses becomes a dead letter with its reason.
  *   <li>{@code "truncate"}: after every row before it, applied to the store ({@link #truncate}).
  *   <li>{@code "letter"}: a dead letter already built, produced as it is.
+ *   <li>{@code "pass"}: a Kafka tombstone (a delete's companion): nothing to apply.
  * </ul>
  * An epoch is committed only once every row is shipped and every letter acknowledged; any failure fails
- * the task and the epoch is replayed (the stores' version guards make a replay a no-op). Each shipped
- * chunk's Kafka positions are published for `tide status` ({@link AppliedPositions}). A subclass
+ * the task and the epoch is replayed (the stores' version guards make a replay a no-op). The Kafka
+ * positions of every record are published for `tide status` ({@link AppliedPositions}) once the rows
+ * before them are shipped, those with nothing to ship too: otherwise a partition whose last record is a
+ * tombstone, a letter or a truncate would look behind until the epoch's end (minutes). A subclass
  * keeps what is its own: its store, how a row becomes a change, how a truncate and a chunk are applied.
  *
  * @param <C> one buffered change
@@ -37,7 +42,10 @@ public abstract class ChangeWriter<C> extends ForeachWriter<Row> {
 
   // Per executor copy, per epoch: the epoch's letters (and anything else it produces) and its buffer.
   private transient DeadLetters letters;
-  private transient ChangeBuffer<C> buffer;
+  private transient ChangeBuffer<Buffered<C>> buffer;
+
+  /** One record in the buffer: a change to ship, or none (a record with nothing to ship) and its origin. */
+  record Buffered<C>(C change, Origin origin) {}
 
   /** {@code threadPrefix} names each task's flusher thread, followed by its partition id. */
   ChangeWriter(String threadPrefix, String kafkaBootstrap, String deadLetterTopic, String stage, int maxRows,
@@ -77,11 +85,18 @@ public abstract class ChangeWriter<C> extends ForeachWriter<Row> {
     DeadLetters epochLetters = letters; // the shipper ships this epoch's chunks with this epoch's letters
     String group = appliedGroup();
     AppliedPositions positions = group == null ? null : AppliedPositions.of(kafkaBootstrap);
-    buffer = new ChangeBuffer<>(maxRows, lingerMs, chunk -> {
-      shipChunk(chunk, epochLetters);
-      if (positions != null) positions.applied(group, chunk.stream().map(this::originOf).toList());
-    }, threadPrefix + partitionId);
+    buffer = new ChangeBuffer<>(maxRows, lingerMs, chunk -> shipThenPublish(chunk,
+        changes -> shipChunk(changes, epochLetters),
+        origins -> { if (positions != null) positions.applied(group, origins); }), threadPrefix + partitionId);
     return true;
+  }
+
+  /** Ships a chunk's changes (if it has any), then publishes the origin of every record in it. */
+  static <C> void shipThenPublish(List<Buffered<C>> chunk, ChangeBuffer.Shipper<C> ship,
+                                  Consumer<List<Origin>> publish) throws Exception {
+    List<C> changes = chunk.stream().map(Buffered::change).filter(Objects::nonNull).toList();
+    if (!changes.isEmpty()) ship.ship(changes);
+    publish.accept(chunk.stream().map(Buffered::origin).toList());
   }
 
   /** The consumer group this query's positions go to; null outside a streaming query (unit tests). */
@@ -96,12 +111,20 @@ public abstract class ChangeWriter<C> extends ForeachWriter<Row> {
     try {
       String kind = row.getAs("kind");
       switch (kind) {
-        case "row" -> buffer.add(change(row));
-        case "truncate" -> buffer.flushThen(truncate(row, letters));
+        case "row" -> {
+          C change = change(row);
+          buffer.add(new Buffered<>(change, originOf(change)));
+        }
+        case "truncate" -> {
+          buffer.flushThen(truncate(row, letters));
+          passed(row);
+        }
         case "letter" -> {
           buffer.check();
           letters.forward(row.getAs("letter"));
+          passed(row);
         }
+        case "pass" -> passed(row);
         default -> throw new IllegalArgumentException("a writer row of unknown kind " + kind);
       }
     } catch (Exception e) {
@@ -109,9 +132,14 @@ public abstract class ChangeWriter<C> extends ForeachWriter<Row> {
     }
   }
 
+  /** A record with nothing (more) to ship: its position counts once the rows before it are shipped. */
+  private void passed(Row row) throws Exception {
+    buffer.add(new Buffered<>(null, origin(row)));
+  }
+
   @Override
   public void close(Throwable error) {
-    ChangeBuffer<C> closing = buffer;
+    ChangeBuffer<Buffered<C>> closing = buffer;
     buffer = null;
     if (closing == null) return;
     if (error != null) {

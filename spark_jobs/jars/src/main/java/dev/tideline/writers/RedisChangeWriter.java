@@ -14,6 +14,7 @@ import org.apache.spark.sql.Row;
  *       the move's delete of its old key ({@link KeyMoves}).
  *   <li>{@code kind = "truncate"}: after every row before it, raise the watermark and prune (RedisStore).
  *   <li>{@code kind = "letter"}: a dead letter already built, produced as it is.
+ *   <li>{@code kind = "pass"}: a Kafka tombstone, nothing to apply ({@link ChangeWriter}).
  * </ul>
  * A Redis that is away is waited for ({@link Backoff}); any other failure fails the task, and the epoch
  * is replayed (the scripts' version guards make a replay a no-op). Built from Python through py4j, so

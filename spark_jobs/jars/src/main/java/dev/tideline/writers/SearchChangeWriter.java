@@ -13,6 +13,7 @@ import org.apache.spark.sql.Row;
  *       compare-and-set ({@link SearchStore}); a row Elasticsearch refuses becomes a dead letter.
  *   <li>{@code kind = "truncate"}: after every row before it, raise the watermark and sweep.
  *   <li>{@code kind = "letter"}: a dead letter already built, produced as it is.
+ *   <li>{@code kind = "pass"}: a Kafka tombstone, nothing to apply ({@link ChangeWriter}).
  * </ul>
  * Once a row or truncate is applied, its {@code touches} (what it means for the nested views) are
  * produced to {@code touchesTopic}; a refused row has none. An Elasticsearch that is away is waited for
