@@ -64,10 +64,12 @@ class JobSettings(BaseSettings):
     realtime_sinks: Annotated[list[SinkName], NoDecode] = list(REALTIME_CAPABLE)
     # Real-Time Mode's epoch: how often its offsets are checkpointed and its progress reported (Spark's
     # minimum is 5 seconds). Records are written as they arrive whatever this is. Each epoch's start
-    # costs planning and a task launch per partition: idle, the jobs took 26 % of a core with 5-s
-    # epochs and 6-7 % with 30-s ones (docs/benchmarks.md); a restarted driver applies again at most
-    # an epoch's changes (idempotent). Status reads what the writers applied, not the epochs.
-    realtime_epoch: Annotated[str, Field(pattern=r"^\d+ (seconds|minutes)$")] = "30 seconds"
+    # costs planning and a task launch per partition (idle, 26 % of a core with 5-s epochs, 6-7 % with
+    # 30-s ones) and stalls the writes for a second or more under load: the cache's p99 was 0.4-1.8 s
+    # with 120-s epochs against 1.4-5.5 s with 30-s ones (docs/benchmarks.md, 2026-12-04). A restarted
+    # driver applies again at most an epoch's changes (idempotent). Status reads what the writers
+    # applied, not the epochs.
+    realtime_epoch: Annotated[str, Field(pattern=r"^\d+ (seconds|minutes)$")] = "120 seconds"
     # Back-pressure: how often a micro-batch starts and how many records it may take.
     trigger_interval: Annotated[str, Field(pattern=r"^\d+ (milliseconds|seconds|minutes)$")] = "2 seconds"
     # Delta pays a fixed cost per MERGE (several Spark jobs per table), so the warehouse runs

@@ -17,6 +17,13 @@ def test_the_delta_queries_take_larger_batches_and_their_own_intervals_by_defaul
         "2 seconds", "2 seconds", "10 seconds", "30 seconds"]
 
 
+def test_a_real_time_epoch_is_two_minutes_by_default_and_follows_its_variable(monkeypatch):
+    monkeypatch.delenv("TIDE_JOB_REALTIME_EPOCH", raising=False)
+    assert JobSettings().realtime_epoch == "120 seconds"  # each changeover stalls the writes (docs/apply.md)
+    monkeypatch.setenv("TIDE_JOB_REALTIME_EPOCH", "30 seconds")
+    assert read_settings().realtime_epoch == "30 seconds"
+
+
 def test_each_cap_follows_its_own_variable(monkeypatch):
     monkeypatch.setenv("TIDE_JOB_MAX_OFFSETS_PER_TRIGGER", "500")
     monkeypatch.setenv("TIDE_JOB_DELTA_MAX_OFFSETS_PER_TRIGGER", "7000")
