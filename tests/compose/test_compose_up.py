@@ -124,7 +124,9 @@ def test_the_jobs_container_replaced_under_load_resumes_from_its_checkpoints_and
     writer.start()
     try:
         wait_until(lambda: writer.done >= 20 or writer.error, 120, "the workload to get going")
-        before = committed_batches(compose_stack, "search")
+        # A micro-batch query's (the warehouse's): a real-time query commits only at its epochs' ends.
+        before = wait_until(lambda: committed_batches(compose_stack, "warehouse"), 300,
+                            "a batch committed by the first jobs container")
         # A new container, not a restarted one: only the volumes carry anything over.
         compose_stack.check("stop", "jobs")
         compose_stack.check("rm", "-f", "jobs")
@@ -137,7 +139,7 @@ def test_the_jobs_container_replaced_under_load_resumes_from_its_checkpoints_and
     finally:
         writer.finish()
 
-    after = wait_until(lambda: (found := committed_batches(compose_stack, "search")) != before and found, 120,
+    after = wait_until(lambda: (found := committed_batches(compose_stack, "warehouse")) != before and found, 300,
                        "a batch committed by the new jobs container")
     # Resumed, not started afresh: every batch the old container committed is there, and the new ones follow.
     assert before <= after and min(after - before) > max(before), (
