@@ -51,6 +51,8 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
         "job_es_bulk_size": env_only.es_bulk_size,
         "job_es_refresh_ms": env_only.es_refresh_ms,
         "job_jvm_options": env_only.jvm_options or "none",  # the driver JVM's extra options (its JIT, say)
+        # set: the Delta queries run in a second driver at this nice value (spark_jobs/runtime/drivers.py)
+        "job_delta_driver_nice": "one driver" if env_only.delta_driver_nice is None else env_only.delta_driver_nice,
         "source_partitions": pipeline.source.partitions,
         # the cluster profile (docs/cluster.md): 0 workers is the local master above
         "spark_workers": settings.spark_workers,

@@ -256,6 +256,14 @@ def test_knobs_record_the_drivers_jvm_options(monkeypatch):
     assert runs.knobs(settings, load(settings.pipeline_file))["job_jvm_options"] == "none"
 
 
+def test_knobs_record_whether_the_delta_queries_ran_in_a_niced_driver_of_their_own(monkeypatch):
+    settings = StackSettings()
+    monkeypatch.delenv("TIDE_JOB_DELTA_DRIVER_NICE", raising=False)
+    assert runs.knobs(settings, load(settings.pipeline_file))["job_delta_driver_nice"] == "one driver"
+    monkeypatch.setenv("TIDE_JOB_DELTA_DRIVER_NICE", "10")
+    assert runs.knobs(settings, load(settings.pipeline_file))["job_delta_driver_nice"] == 10
+
+
 def test_a_change_records_key_gives_its_id_with_or_without_connects_schema():
     assert probes.record_id(b'{"schema": {"type": "struct"}, "payload": {"id": 42}}') == 42
     assert probes.record_id(b'{"id": 43}') == 43
