@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -224,6 +225,28 @@ def follow_up(main: StreamingQuery, records: DataFrame, sink: Sink, settings: Jo
         return QueryGroup(main, stream.start())
 
 
-__all__ = ["CLUSTER_BATCH_SLOTS", "FollowUpWriter", "QueryGroup", "SlotsError", "batch_slots", "cluster_conf",
-           "cluster_slots", "follow_up", "is_cluster", "local_master", "needed_slots",
+class WriterTimes:
+    """Logs, every `every_s`, how long the JVM writers' steps took (dev.tideline.writers.WriterTimes: a
+    row's wait in its buffer, a chunk's ship, each Elasticsearch request, a write's wait to become
+    searchable): where a change's time goes between Kafka and the store. A local driver only; on a
+    cluster the writers run in the executors' JVMs, whose times stay there."""
+
+    def __init__(self, spark: SparkSession, settings: JobSettings, every_s: float = 60.0) -> None:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None, "a running session's context has its JVM gateway"
+        self._times = jvm.dev.tideline.writers.WriterTimes if settings.realtime_sinks else None
+        self._local = not is_cluster(spark.sparkContext.master)
+        self._every_s = every_s
+        self._next_at = time.monotonic() + every_s
+
+    def log_due(self, now: float) -> None:
+        if self._times is None or not self._local or now < self._next_at:
+            return
+        self._next_at = now + self._every_s
+        if line := self._times.drain():
+            log.info("writer times over %.0f s: %s", self._every_s, line)
+
+
+__all__ = ["CLUSTER_BATCH_SLOTS", "FollowUpWriter", "QueryGroup", "SlotsError", "WriterTimes", "batch_slots",
+           "cluster_conf", "cluster_slots", "follow_up", "is_cluster", "local_master", "needed_slots",
            "outgrown", "partitions_read", "require_slots", "start", "task_slots_of"]

@@ -23,7 +23,7 @@ from spark_jobs.model.config import PipelineConfig, PipelineConfigError, load
 from spark_jobs.model.files import replace_text
 from spark_jobs.model.settings import JobSettings
 from spark_jobs.pipeline import build_query, live_catalogue
-from spark_jobs.realtime import QueryGroup, outgrown
+from spark_jobs.realtime import QueryGroup, WriterTimes, outgrown
 from spark_jobs.runtime import checkpoints, control, reload
 from spark_jobs.runtime.backoff import Backoff
 from spark_jobs.runtime.keep_alive import RESTART
@@ -101,8 +101,10 @@ def supervise(spark: SparkSession, settings: JobSettings, pipeline: PipelineConf
     catalogue = live_catalogue(settings, pipeline)
     # A request written before this driver started is already in the pipeline it loaded.
     reloads = _Reloads(control.read_reload(settings.reload_file))
+    writer_times = WriterTimes(spark, settings)
     while True:
         now = time.monotonic()
+        writer_times.log_due(now)
         if (request := control.read_reload(settings.reload_file)) != reloads.handled:
             try:
                 pipeline, reloads.error = _reload(settings, pipeline, supervised), None

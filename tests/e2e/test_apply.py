@@ -90,6 +90,17 @@ def test_search_and_cache_writers_publish_what_they_applied_a_deletes_tombstone_
     wait_until(published_past_the_order, CONVERGE_S, "search and cache publishing the tombstone as applied")
 
 
+def test_the_driver_log_says_every_minute_how_long_the_writers_steps_took(run):
+    """docs/apply.md, "Writer times": where a change's time goes between Kafka and the store."""
+    jobs, _, _ = run
+    log = runner.log_file(jobs, driver.SERVICE)
+    line = wait_until(lambda: next((line for line in log.read_text().splitlines() if "writer times over" in line
+                                    and "elasticsearch _bulk" in line), None), 120, "a writer times line")
+    for step in ("apply:cache wait", "apply:cache ship", "apply:search wait", "apply:search ship",
+                 "elasticsearch _mget", "elasticsearch written to searchable"):
+        assert f"{step} n=" in line, line
+
+
 def test_a_driver_whose_jvm_dies_is_started_again_by_itself_loses_nothing_and_never_goes_back_a_version(run, stack):
     """An OutOfMemoryError, a crash or a kill -9 ends the driver's JVM mid-batch under writes: the keep-alive
     starts the driver again with no `tide jobs start`, every sink resumes from its checkpoint (a batch

@@ -39,6 +39,7 @@ public final class ChangeBuffer<T> {
   // How long close waits for the shipper thread to end; it is a daemon, so a stuck one never holds the JVM.
   private static final long JOIN_MS = 10_000;
 
+  private final String timedAs;
   private final int maxRows;
   private final long lingerNanos;
   private final Shipper<T> shipper;
@@ -53,7 +54,13 @@ public final class ChangeBuffer<T> {
   private volatile Throwable failure;
 
   public ChangeBuffer(int maxRows, long lingerMs, Shipper<T> shipper, String threadName) {
+    this(maxRows, lingerMs, shipper, threadName, null);
+  }
+
+  /** {@code timedAs}: the name {@link WriterTimes} records this buffer's waits and ships under (null: none). */
+  public ChangeBuffer(int maxRows, long lingerMs, Shipper<T> shipper, String threadName, String timedAs) {
     if (maxRows < 1) throw new IllegalArgumentException("maxRows must be at least 1, not " + maxRows);
+    this.timedAs = timedAs;
     this.maxRows = maxRows;
     this.lingerNanos = TimeUnit.MILLISECONDS.toNanos(Math.max(0, lingerMs));
     this.shipper = shipper;
@@ -185,10 +192,13 @@ public final class ChangeBuffer<T> {
     List<T> chunk = pending;
     pending = new ArrayList<>();
     inFlight = chunk.size();
+    long start = System.nanoTime();
+    if (timedAs != null) WriterTimes.record(timedAs + " wait", start - oldestAt); // the chunk's oldest row
     changed.signalAll(); // a task waiting on a full buffer goes on filling the next chunk
     lock.unlock();
     try {
       shipper.ship(chunk);
+      if (timedAs != null) WriterTimes.record(timedAs + " ship", System.nanoTime() - start);
     } finally {
       lock.lock();
       inFlight = 0;

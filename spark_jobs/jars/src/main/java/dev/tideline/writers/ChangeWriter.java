@@ -87,7 +87,7 @@ public abstract class ChangeWriter<C> extends ForeachWriter<Row> {
     AppliedPositions positions = group == null ? null : AppliedPositions.of(kafkaBootstrap);
     buffer = new ChangeBuffer<>(maxRows, lingerMs, chunk -> shipThenPublish(chunk,
         changes -> shipChunk(changes, epochLetters),
-        origins -> { if (positions != null) positions.applied(group, origins); }), threadPrefix + partitionId);
+        origins -> { if (positions != null) positions.applied(group, origins); }), threadPrefix + partitionId, stage);
     return true;
   }
 

@@ -155,12 +155,20 @@ final class Elastic {
   private static JsonNode call(ElasticHttp http, String method, String path, String query, CharSequence body,
                                String contentType) throws IOException, InterruptedException {
     byte[] bytes = body == null ? null : body.toString().getBytes(StandardCharsets.UTF_8);
+    long start = System.nanoTime();
     ElasticHttp.Reply reply = http.send(method, path, query, bytes, contentType);
+    WriterTimes.record("elasticsearch " + endpoint(path), System.nanoTime() - start);
     String what = method + " " + path;
     String answered = what + " answered " + reply.status() + ": ";
     if (AWAY_STATUSES.contains(reply.status())) throw new Away(answered + reply.text(SHOWN));
     if (reply.status() >= 300) throw new Failure(answered + reply.text(SHOWN));
     return reply.body().length == 0 ? JSON.missingNode() : JSON.readTree(reply.body());
+  }
+
+  /** A request's endpoint for {@link WriterTimes}: {@code _mget}, {@code _bulk}, {@code _refresh}, …; "other". */
+  static String endpoint(String path) {
+    String last = path.substring(path.lastIndexOf('/') + 1);
+    return last.startsWith("_") ? last : "other";
   }
 
   /** {@code text} as a JSON string literal. */

@@ -1,6 +1,7 @@
 package dev.tideline.writers;
 
 import java.util.Collection;
+import java.util.Collections;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
@@ -23,11 +24,15 @@ public final class Refresher {
 
   private static final ConcurrentHashMap<String, Refresher> REFRESHERS = new ConcurrentHashMap<>();
 
-  private final Coalescer<String, Boolean> marks;
+  // index → System.nanoTime() of its oldest mark not yet refreshed
+  private final Coalescer<String, Long> marks;
 
   Refresher(Target target, long intervalMs, String threadName) {
-    this.marks = new Coalescer<>(batch -> target.refresh(new TreeSet<>(batch.keySet())), (older, newer) -> newer,
-        intervalMs, threadName);
+    this.marks = new Coalescer<>(batch -> {
+      target.refresh(new TreeSet<>(batch.keySet()));
+      // How long the oldest write of the batch waited to become searchable after its bulk request.
+      WriterTimes.record("elasticsearch written to searchable", System.nanoTime() - Collections.min(batch.values()));
+    }, Math::min, intervalMs, threadName);
   }
 
   /** The JVM's refresher of {@code url}; writers asking for a shorter interval than its own shorten it. */
@@ -40,8 +45,9 @@ public final class Refresher {
 
   /** Marks the indices for the next refresh; never waits for it. */
   public void mark(Collection<String> indices) {
-    Map<String, Boolean> entries = new java.util.HashMap<>();
-    indices.forEach(index -> entries.put(index, true));
+    Map<String, Long> entries = new java.util.HashMap<>();
+    long now = System.nanoTime();
+    indices.forEach(index -> entries.put(index, now));
     marks.mark(entries);
   }
 
