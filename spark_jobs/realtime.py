@@ -234,13 +234,14 @@ class WriterTimes:
     def __init__(self, spark: SparkSession, settings: JobSettings, every_s: float = 60.0) -> None:
         jvm = spark.sparkContext._jvm
         assert jvm is not None, "a running session's context has its JVM gateway"
-        self._times = jvm.dev.tideline.writers.WriterTimes if settings.realtime_sinks else None
-        self._local = not is_cluster(spark.sparkContext.master)
+        # None: nothing to read here (no real-time query, or its writers run in the executors' JVMs).
+        read_here = settings.realtime_sinks and not is_cluster(spark.sparkContext.master)
+        self._times = jvm.dev.tideline.writers.WriterTimes if read_here else None
         self._every_s = every_s
         self._next_at = time.monotonic() + every_s
 
     def log_due(self, now: float) -> None:
-        if self._times is None or not self._local or now < self._next_at:
+        if self._times is None or now < self._next_at:
             return
         self._next_at = now + self._every_s
         if line := self._times.drain():
