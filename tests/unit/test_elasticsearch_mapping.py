@@ -96,6 +96,16 @@ def test_a_document_has_json_types_from_the_catalogue_exact_decimals_and_the_ver
     assert json.loads(rows[0]["tomb_doc"]) == {"alias": "products", "id": "1", VERSION_MAJOR: 5, VERSION_MINOR: 7}
 
 
+def test_an_image_with_other_columns_than_the_catalogue_knows_gets_the_same_document_rules(spark):
+    """A full image is built per table without a lambda, any other by the lambda: both give the same fields."""
+    images = [PRODUCT, {**PRODUCT, "added": '{"x": 1}'}, {k: v for k, v in PRODUCT.items() if k != "description"}]
+    full, added, removed = (json.loads(r["doc"]) for r in shipped(spark, [
+        change((5, 7), key=1, after=after, offset=i) for i, after in enumerate(images)]).to_pylist())
+    assert added == {**full, "added": '{"x": 1}'}, "a column the catalogue does not know is quoted"
+    assert removed == {k: v for k, v in full.items() if k != "description"}
+    assert full["tags"] == ["a", "b"] and full["attributes"] == {"c": {"d": 1}} and full["description"] is None
+
+
 def test_kept_columns_leave_the_partial_document_and_json_columns_mark_it(spark):
     partial = change((6, 0), key=1, after={"id": "1", "name": "b", "attributes": "{}"}, unavailable=("description",))
     partial["filled"] = {"price": {"major": 5, "minor": 1}}

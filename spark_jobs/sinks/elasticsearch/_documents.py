@@ -10,6 +10,7 @@ compute kernels which fragment to send (spark_jobs/sinks/elasticsearch/_ship.py)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from pyspark.sql import Column, DataFrame
@@ -60,8 +61,9 @@ def _fragment(table: Column, raw_kinds: Column, key: Column, value: Column) -> C
     return F.concat(json_string(key), F.lit(":"), encoded)
 
 
-def _document(columns: Column, table: Column, raw_kinds: Column) -> Column:
-    """A `_source`: the columns of `columns` (a map of text), then the version and commit time."""
+def _document(columns: Column, table: Column, raw_kinds: Column, by_table: Column | None = None) -> Column:
+    """A `_source`: the columns of `columns` (a map of text), then the version and commit time.
+    `by_table`: the same fields built without a lambda when the image is one `_fields_by_table` knows."""
     meta = F.concat(
         F.lit(f'"{VERSION_MAJOR}":'), F.col("version.major").cast("string"),
         F.lit(f',"{VERSION_MINOR}":'), F.col("version.minor").cast("string"),
@@ -70,8 +72,33 @@ def _document(columns: Column, table: Column, raw_kinds: Column) -> Column:
     )
     fields = F.array_join(
         F.transform(F.map_entries(columns), lambda e: _fragment(table, raw_kinds, e["key"], e["value"])), ",")
+    if by_table is not None:
+        fields = F.coalesce(by_table, fields)
     return F.concat(F.lit("{"), F.when(F.size(columns) > 0, F.concat(fields, F.lit(","))).otherwise(F.lit("")), meta,
                     F.lit("}"))
+
+
+def _fields_by_table(columns: Column, table: Column, catalogue: Catalogue, tables: list[str]) -> Column | None:
+    """A document's fields as `_document`'s lambda builds them, for an image that holds exactly the
+    columns the catalogue knows for its table (most changes), as plain expressions: Spark runs a lambda
+    interpreted, once per column of every row, and in a profile of search draining alone that took 38 %
+    of the jobs' CPU (docs/apply.md, "Search's documents without lambdas"). NULL for any other image
+    (columns removed as unchanged TOAST, a column the catalogue does not know yet): the lambda builds it."""
+    names = F.map_keys(columns)
+    fields: Column | None = None
+    for name in tables:
+        known = catalogue.get(name, _NONE).columns
+        if not known:
+            continue
+        exact = ((table == name) & (F.size(columns) == len(known))
+                 & (F.size(F.array_except(names, F.array(*[F.lit(c) for c in known]))) == 0))
+        fragments = [F.concat(F.lit(json.dumps(c, ensure_ascii=False) + ":"),
+                              F.coalesce(columns[c] if column.json_kind == "raw" else json_string(columns[c]),
+                                         F.lit("null")))
+                     for c, column in known.items()]
+        branch = F.concat_ws(",", *fragments)
+        fields = F.when(exact, branch) if fields is None else fields.when(exact, branch)
+    return fields
 
 
 def _id(alias: Column, row_id: Column) -> Column:
@@ -119,10 +146,12 @@ def _document_columns(catalogue: Catalogue, tables: list[str], aliases: Mapping[
         (F.size(keep) > 0).alias("has_keep"), _fill_bound("min").alias("fill_low"),
         _fill_bound("max").alias("fill_high"),
         # An `update` merges objects field by field: a json column's new value must replace, not merge.
-        F.exists(F.map_keys(partial),
-                 lambda k: F.array_contains(F.coalesce(objects[table], F.array().cast("array<string>")), k))
+        # Some json column of the table is in `partial` (the image's columns but the kept ones), without a lambda.
+        (F.size(F.array_except(F.array_intersect(F.coalesce(objects[table], F.array().cast("array<string>")),
+                                                 F.map_keys(after)), keep)) > 0)
         .alias("keeps_objects"),
-        F.when(F.col("after").isNotNull(), _document(after, table, raw_kinds)).alias("doc"),
+        F.when(F.col("after").isNotNull(),
+               _document(after, table, raw_kinds, _fields_by_table(after, table, catalogue, tables))).alias("doc"),
         F.when(F.col("after").isNotNull() & (F.size(keep) > 0), _document(partial, table, raw_kinds)).alias("partial"),
         F.concat(F.lit('{"alias":'), json_string(alias), F.lit(',"id":'), json_string(F.col("row_id")), F.lit(","),
                  version_json, F.lit("}")).alias("tomb_doc"),
@@ -154,8 +183,11 @@ def _object_columns(catalogue: Catalogue, tables: list[str]) -> Column:
 def _error(after: Column, refused: Mapping[str, Mapping[str, str]]) -> Column:
     """What is refused before Elasticsearch sees it: a column named like the sink's metadata, a value in a
     column Elasticsearch would not map."""
-    clashing = F.filter(F.map_keys(after), lambda k: k.startswith(META_PREFIX))
-    error = F.when(F.size(clashing) > 0, F.concat(F.lit("column "), clashing[0],
+    names = F.map_keys(after)
+    # Looked for in the names joined first: the lambda that finds the name runs only for such a row.
+    clashes = F.concat(F.lit("\u0000"), F.array_join(names, "\u0000")).contains(f"\u0000{META_PREFIX}")
+    clashing = F.filter(names, lambda k: k.startswith(META_PREFIX))
+    error = F.when(clashes, F.concat(F.lit("column "), clashing[0],
                                                    F.lit(f" clashes with the sink's metadata prefix {META_PREFIX}")))
     for table, columns in sorted(refused.items()):
         for column, reason in sorted(columns.items()):

@@ -81,7 +81,8 @@ def touch_values(views: Mapping[str, NestedView]) -> Column:
     changes): what the real-time writer produces to the touches topic once the change is applied."""
     from pyspark.sql import functions as F
 
-    return F.transform(touch_array(views), lambda touch: F.to_json(touch))
+    return _present([F.when(value.isNotNull(), F.to_json(_touch(view, kind, value)))
+                     for view, kind, value in _lookups(views)])
 
 
 @reused
@@ -89,23 +90,38 @@ def touch_array(views: Mapping[str, NestedView]) -> Column:
     """Every lookup of a change, an array of (view, kind, value) structs (built once, runtime/expressions.py)."""
     from pyspark.sql import functions as F
 
-    found: list[Column] = []
+    return _present([F.when(value.isNotNull(), _touch(view, kind, value)) for view, kind, value in _lookups(views)])
+
+
+def _present(items: list[Column]) -> Column:
+    """The items that are not NULL, as an array. Without a lambda (`array_compact`, not `filter`): Spark
+    runs a lambda interpreted, and the search query evaluates this for every change."""
+    from pyspark.sql import functions as F
+
+    return F.array_compact(F.array(*items))
+
+
+def _lookups(views: Mapping[str, NestedView]) -> list[tuple[str, str, Column]]:
+    """Every lookup a change may make: (view, kind, value), the value NULL where the change makes none."""
+    from pyspark.sql import functions as F
+
+    found: list[tuple[str, str, Column]] = []
     for name, view in views.items():
         for node, parent in _nodes_with_parent(view):
             table = node_table(node)
             here = F.col("table") == table
             own = F.concat(F.lit(f"{table}:"), F.col("row_id"))
-            found.append(_touch(name, "prefix", F.when(here & (F.col("op") == "t"), F.lit(f"{table}:"))))
+            found.append((name, "prefix", F.when(here & (F.col("op") == "t"), F.lit(f"{table}:"))))
             rows = here & (F.col("op") != "t")
-            found.append(_touch(name, "ref", F.when(rows, own)))
+            found.append((name, "ref", F.when(rows, own)))
             if isinstance(node, NestedView):
-                found.append(_touch(name, "root", F.when(rows, F.col("row_id"))))
+                found.append((name, "root", F.when(rows, F.col("row_id"))))
             elif isinstance(node, ChildJoin) and parent is not None:
                 owner = F.when(rows, F.col("after")[node.join_column])
-                found.append(_touch(name, "ref", F.concat(F.lit(f"{node_table(parent)}:"), owner)))
+                found.append((name, "ref", F.concat(F.lit(f"{node_table(parent)}:"), owner)))
                 if isinstance(parent, NestedView):
-                    found.append(_touch(name, "root", owner))
-    return F.filter(F.array(*found), lambda touch: touch["value"].isNotNull())
+                    found.append((name, "root", owner))
+    return found
 
 
 def _touch(view: str, kind: str, value: Column) -> Column:
