@@ -55,10 +55,15 @@ _NONE = _NoTable()
 
 
 def _fragment(table: Column, raw_kinds: Column, key: Column, value: Column) -> Column:
-    """One `"column":value` of a document."""
+    """One `"column":value` of a document, its JSON kind looked up per row."""
     raw = F.coalesce(raw_kinds[F.concat(table, F.lit("\u0000"), key)], F.lit(False))
-    encoded = F.when(value.isNull(), F.lit("null")).when(raw, value).otherwise(json_string(value))
-    return F.concat(json_string(key), F.lit(":"), encoded)
+    return _field(json_string(key), value, raw)
+
+
+def _field(name: Column, value: Column, raw: Column) -> Column:
+    """`"column":value`: `name` the column's name as a JSON string; `raw` whether the text is JSON
+    already (numbers, booleans, arrays, json), else it is quoted; NULL as null."""
+    return F.concat(name, F.lit(":"), F.coalesce(F.when(raw, value).otherwise(json_string(value)), F.lit("null")))
 
 
 def _document(columns: Column, table: Column, raw_kinds: Column, by_table: Column | None = None) -> Column:
@@ -92,9 +97,7 @@ def _fields_by_table(columns: Column, table: Column, catalogue: Catalogue, table
             continue
         exact = ((table == name) & (F.size(columns) == len(known))
                  & (F.size(F.array_except(names, F.array(*[F.lit(c) for c in known]))) == 0))
-        fragments = [F.concat(F.lit(json.dumps(c, ensure_ascii=False) + ":"),
-                              F.coalesce(columns[c] if column.json_kind == "raw" else json_string(columns[c]),
-                                         F.lit("null")))
+        fragments = [_field(F.lit(json.dumps(c, ensure_ascii=False)), columns[c], F.lit(column.json_kind == "raw"))
                      for c, column in known.items()]
         branch = F.concat_ws(",", *fragments)
         fields = F.when(exact, branch) if fields is None else fields.when(exact, branch)

@@ -81,24 +81,23 @@ def touch_values(views: Mapping[str, NestedView]) -> Column:
     changes): what the real-time writer produces to the touches topic once the change is applied."""
     from pyspark.sql import functions as F
 
-    return _present([F.when(value.isNotNull(), F.to_json(_touch(view, kind, value)))
-                     for view, kind, value in _lookups(views)])
+    return _lookup_array(views, F.to_json)
 
 
 @reused
 def touch_array(views: Mapping[str, NestedView]) -> Column:
     """Every lookup of a change, an array of (view, kind, value) structs (built once, runtime/expressions.py)."""
+    return _lookup_array(views, lambda touch: touch)
+
+
+def _lookup_array(views: Mapping[str, NestedView], shape: Callable[[Column], Column]) -> Column:
+    """The lookups a change makes, each struct `shape`d, as an array. Those it does not make (value NULL)
+    are left out by `array_compact`, not by a `filter` lambda: Spark runs a lambda interpreted, and the
+    search query evaluates this for every change."""
     from pyspark.sql import functions as F
 
-    return _present([F.when(value.isNotNull(), _touch(view, kind, value)) for view, kind, value in _lookups(views)])
-
-
-def _present(items: list[Column]) -> Column:
-    """The items that are not NULL, as an array. Without a lambda (`array_compact`, not `filter`): Spark
-    runs a lambda interpreted, and the search query evaluates this for every change."""
-    from pyspark.sql import functions as F
-
-    return F.array_compact(F.array(*items))
+    return F.array_compact(F.array(*[F.when(value.isNotNull(), shape(_touch(view, kind, value)))
+                                     for view, kind, value in _lookups(views)]))
 
 
 def _lookups(views: Mapping[str, NestedView]) -> list[tuple[str, str, Column]]:
