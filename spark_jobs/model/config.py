@@ -45,6 +45,11 @@ class SourceConfig(_Strict):
     # Partitions per change topic: more partitions, more parallel apply tasks.
     partitions: int = Field(default=3, ge=1, le=1024)
     heartbeat_interval_ms: int = Field(default=10_000, ge=100)
+    # How long a change stays in its topic before the log cleaner may compact it away (Kafka's
+    # `min.compaction.lag.ms`). A sink paused or behind by less reads every change; past it, a row whose
+    # newest record is an update with an unchanged-TOAST placeholder may have lost the record that held
+    # the value (docs/apply.md, "TOAST and partial images"). A day, as the follow-up topics keep theirs.
+    compaction_lag_hours: int = Field(default=24, ge=0)
 
     @property
     def support_schema_name(self) -> str:

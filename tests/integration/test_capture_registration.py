@@ -107,8 +107,12 @@ def test_change_topics_are_created_compacted_before_any_record_and_only_once(sta
                       for t in admin.describe_topics(topics)}
         assert partitions == dict.fromkeys(topics, pipeline.source.partitions)
         configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics])
-        policies = {name: str(values.get("cleanup.policy")) for name, values in next(iter(configs.values())).items()}
+        found = next(iter(configs.values()))
+        policies = {name: str(values.get("cleanup.policy")) for name, values in found.items()}
         assert all("compact" in policy for policy in policies.values()) and set(policies) == set(topics), policies
+        # A sink behind by less than the lag reads every change, placeholder updates' predecessors included.
+        lags = {name: values["min.compaction.lag.ms"]["value"] for name, values in found.items()}
+        assert lags == dict.fromkeys(topics, str(pipeline.source.compaction_lag_hours * 3_600_000)), lags
     finally:
         admin.delete_topics(topics)
         admin.close()

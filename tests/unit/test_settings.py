@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from services.capture.connector.registration import render_config
+from services.capture.connector.registration import render_config, topic_configs
 from services.settings import SettingsError, StackSettings
 from spark_jobs.model.config import load
 
@@ -53,6 +53,16 @@ def test_excluded_columns_become_debeziums_column_exclude_list():
               "customers": pipeline.tables["customers"].model_copy(update={"exclude_columns": ["email"]})}
     config = render_config(StackSettings(), pipeline.model_copy(update={"tables": tables}))
     assert config["column.exclude.list"] == r"public\.customers\.email"
+
+
+def test_change_topics_keep_changes_uncompacted_for_the_pipelines_lag_whoever_creates_them():
+    pipeline = load()
+    source = pipeline.source.model_copy(update={"compaction_lag_hours": 2})
+    config = render_config(StackSettings(), pipeline.model_copy(update={"source": source}))
+    assert config["topic.creation.default.min.compaction.lag.ms"] == str(2 * 3600 * 1000)
+    # What `create_change_topics` gives the topics it creates first: the same settings, less the shape.
+    assert topic_configs(config) == {"cleanup.policy": "compact", "min.compaction.lag.ms": "7200000",
+                                     "min.insync.replicas": config["topic.creation.default.min.insync.replicas"]}
 
 
 def test_an_existing_postgresql_url_fills_the_postgres_settings_and_leaves_its_port_out_of_ours():

@@ -49,6 +49,7 @@ def render_config(settings: StackSettings, pipeline: PipelineConfig,
         "PARTITIONS": str(source.partitions),
         "REPLICATION": str(settings.kafka_replication),
         "MIN_INSYNC": str(settings.kafka_min_insync),
+        "COMPACTION_LAG_MS": str(source.compaction_lag_hours * 3_600_000),
     }
     template: dict[str, str] = json.loads(TEMPLATE.read_text())
     config = {key: substitute(value, values, str(TEMPLATE)) for key, value in template.items()}
@@ -111,7 +112,8 @@ def apply(settings: StackSettings, pipeline: PipelineConfig, wait_s: float = 60.
 
 
 def create_change_topics(settings: StackSettings, pipeline: PipelineConfig) -> list[str]:
-    """Create every captured table's topic that does not exist yet, as the connector would (compacted,
+    """Create every captured table's topic that does not exist yet, as the connector would (its
+    `topic.creation.default.*` settings: compacted, no compaction younger than `source.compaction_lag_hours`,
     `source.partitions`, a replica on each of up to three brokers); returns those created. Debezium
     creates a topic only with the table's first record, so an empty table, or the last tables of a long
     snapshot, would have none, and a Spark query subscribed to a missing topic stops at start-up."""
@@ -121,7 +123,7 @@ def create_change_topics(settings: StackSettings, pipeline: PipelineConfig) -> l
     try:
         missing = [topic for topic in map(pipeline.topic, pipeline.tables) if topic not in set(admin.list_topics())]
         if missing:
-            configs = {"cleanup.policy": "compact", "min.insync.replicas": str(settings.kafka_min_insync)}
+            configs = topic_configs(render_config(settings, pipeline))
             admin.create_topics([
                 NewTopic(topic, num_partitions=pipeline.source.partitions,
                          replication_factor=settings.kafka_replication, topic_configs=configs)
@@ -130,6 +132,17 @@ def create_change_topics(settings: StackSettings, pipeline: PipelineConfig) -> l
     finally:
         admin.close()
     return missing
+
+
+# The connector's topic-creation keys that NewTopic takes as arguments, not as topic configs.
+_TOPIC_SHAPE = ("partitions", "replication.factor")
+
+
+def topic_configs(config: dict[str, str]) -> dict[str, str]:
+    """The topic configs the connector gives each topic it creates (`topic.creation.default.*`)."""
+    prefix = "topic.creation.default."
+    return {key[len(prefix):]: value for key, value in config.items()
+            if key.startswith(prefix) and key[len(prefix):] not in _TOPIC_SHAPE}
 
 
 def wait_running(api: ConnectApi, name: str, wait_s: float) -> dict[str, Any]:
