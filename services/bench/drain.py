@@ -173,10 +173,21 @@ def time_sinks(bench: Bench, timeout_s: float) -> dict:
         backlog, applied, seconds = goal[sink] - start[sink], series[-1][i], done_at.get(sink)
         sinks[sink] = {"records": backlog, "applied": applied, "seconds": seconds,
                        "records_per_s": per_s(backlog, seconds) if seconds else None,
+                       "second_half_records_per_s": second_half_rate(series, i, backlog, seconds),
                        # not caught up: the rate so far, which the catch-up wait before verify uses
                        "rate_so_far": per_s(applied, series[-1][0])}
     return {"sinks": sinks, "stopped_waiting": stopped, "series_columns": ["seconds", *bench.sinks],
             "series": series}
+
+
+def second_half_rate(series: list[list[float]], column: int, backlog: int, done_s: float | None) -> float | None:
+    """Records per second over the second half of a sink's backlog: from the first sample at or past half
+    of it to the catch-up. The drain starts on cold JVMs (the jobs' and Elasticsearch's code is compiled
+    as it runs: docs/benchmarks.md, "drain, cold and warm"), so this is the warmer of the two figures."""
+    half = next((row for row in series if row[column] >= backlog / 2), None)
+    if done_s is None or half is None or done_s <= half[0]:
+        return None
+    return per_s(backlog - half[column], done_s - half[0])
 
 
 def check(bench: Bench, results: dict) -> dict:

@@ -127,6 +127,11 @@ def drain_lines(data: dict) -> list[str]:
         lines.append(_row(stage, records[stage], seconds if seconds is not None else "not caught up", rate,
                           _ratio(data["ratios"]["of_decoding"][stage]),
                           _ratio(data["ratios"]["of_capture"].get(stage))))
+    warmer = {sink: s["second_half_records_per_s"] for sink, s in data["apply"]["sinks"].items()
+              if s.get("second_half_records_per_s")}
+    if warmer:
+        lines += ["", "Over the second half of each backlog (the JVMs warmer): "
+                  + ", ".join(f"{sink} {rate:,.0f} records/s" for sink, rate in warmer.items()) + "."]
     return lines
 
 

@@ -60,7 +60,8 @@ STEPS = [
 
 
 def _drain_result() -> dict:
-    sinks = {"search": {"records": 1000, "applied": 1000, "seconds": 4.0, "records_per_s": 250.0},
+    sinks = {"search": {"records": 1000, "applied": 1000, "seconds": 4.0, "records_per_s": 250.0,
+                        "second_half_records_per_s": 250.0},
              "cache": {"records": 1000, "applied": 1000, "seconds": 2.0, "records_per_s": 500.0},
              "warehouse": {"records": 1000, "applied": 300, "seconds": None, "records_per_s": None},
              "analytics": {"records": 400, "applied": 400, "seconds": 8.0, "records_per_s": 50.0}}
@@ -138,6 +139,15 @@ def test_drain_summary_gives_each_stage_its_rate_and_ratios_and_says_who_did_not
     assert "| capture | 1000 | 0.5 | 2000.0 | 20.0% | – |" in text
     assert "| search | 1000 | 4.0 | 250.0 | 2.5% | 12.5% |" in text
     assert "| warehouse | 1000 | not caught up | – | – | – |" in text
+    assert "second half of each backlog (the JVMs warmer): search 250 records/s." in text
+
+
+def test_a_drains_second_half_rate_runs_from_the_first_sample_past_half_the_backlog_to_the_catch_up():
+    series = [[0.0, 0, 0], [1.0, 100, 40], [2.0, 600, 90], [3.0, 1000, 100]]
+    assert drain.second_half_rate(series, 1, 1000, 3.0) == 400.0  # 400 records from 2 s to 3 s
+    assert drain.second_half_rate(series, 2, 100, 3.0) == 10.0  # 10 records from 2 s (90 of 100) to 3 s
+    assert drain.second_half_rate(series, 1, 1000, None) is None  # never caught up
+    assert drain.second_half_rate([[0.0, 0], [1.0, 1000]], 1, 1000, 1.0) is None  # no time after half
 
 
 
