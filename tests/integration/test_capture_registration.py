@@ -99,8 +99,8 @@ def test_change_topics_are_created_compacted_before_any_record_and_only_once(sta
 
     pipeline = unique_pipeline(load(stack.pipeline_file), "topics")
     topics = [pipeline.topic(table) for table in pipeline.tables]
-    assert registration.create_change_topics(stack, pipeline) == topics
-    assert registration.create_change_topics(stack, pipeline) == []
+    assert registration.ensure_change_topics(stack, pipeline) == topics
+    assert registration.ensure_change_topics(stack, pipeline) == []
     admin = KafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
     try:
         partitions = {t["name"] if "name" in t else t["topic"]: len(t["partitions"])
@@ -113,6 +113,13 @@ def test_change_topics_are_created_compacted_before_any_record_and_only_once(sta
         # A sink behind by less than the lag reads every change, placeholder updates' predecessors included.
         lags = {name: values["min.compaction.lag.ms"]["value"] for name, values in found.items()}
         assert lags == dict.fromkeys(topics, str(pipeline.source.compaction_lag_hours * 3_600_000)), lags
+        # A topic that exists (a stack made before the setting, or a changed lag) takes the pipeline's.
+        shorter = pipeline.model_copy(update={"source": pipeline.source.model_copy(update={"compaction_lag_hours": 1})})
+        assert registration.ensure_change_topics(stack, shorter) == []
+        found = next(iter(admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics]).values()))
+        assert {name: values["min.compaction.lag.ms"]["value"] for name, values in found.items()} == dict.fromkeys(
+            topics, "3600000")
     finally:
         admin.delete_topics(topics)
         admin.close()

@@ -60,7 +60,7 @@ def test_change_topics_keep_changes_uncompacted_for_the_pipelines_lag_whoever_cr
     source = pipeline.source.model_copy(update={"compaction_lag_hours": 2})
     config = render_config(StackSettings(), pipeline.model_copy(update={"source": source}))
     assert config["topic.creation.default.min.compaction.lag.ms"] == str(2 * 3600 * 1000)
-    # What `create_change_topics` gives the topics it creates first: the same settings, less the shape.
+    # What `ensure_change_topics` gives the topics it creates first: the same settings, less the shape.
     assert topic_configs(config) == {"cleanup.policy": "compact", "min.compaction.lag.ms": "7200000",
                                      "min.insync.replicas": config["topic.creation.default.min.insync.replicas"]}
 

@@ -106,32 +106,54 @@ def apply(settings: StackSettings, pipeline: PipelineConfig, wait_s: float = 60.
                 raise ConnectError(f"Kafka Connect rejected the connector config: {' | '.join(problems)}")
             source_setup.prepare(conn, settings, pipeline)
         preflight.require_cdc_login(settings)
-        create_change_topics(settings, pipeline)
+        ensure_change_topics(settings, pipeline)
         api.put_config(pipeline.source.connector, config)
         return wait_running(api, pipeline.source.connector, wait_s)
 
 
-def create_change_topics(settings: StackSettings, pipeline: PipelineConfig) -> list[str]:
+def ensure_change_topics(settings: StackSettings, pipeline: PipelineConfig) -> list[str]:
     """Create every captured table's topic that does not exist yet, as the connector would (its
     `topic.creation.default.*` settings: compacted, no compaction younger than `source.compaction_lag_hours`,
     `source.partitions`, a replica on each of up to three brokers); returns those created. Debezium
     creates a topic only with the table's first record, so an empty table, or the last tables of a long
-    snapshot, would have none, and a Spark query subscribed to a missing topic stops at start-up."""
+    snapshot, would have none, and a Spark query subscribed to a missing topic stops at start-up.
+    A topic that exists takes the pipeline's compaction lag, so a stack made before the setting, or a
+    changed `compaction_lag_hours`, gets it at the next registration."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
+    configs = topic_configs(render_config(settings, pipeline))
     admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     try:
-        missing = [topic for topic in map(pipeline.topic, pipeline.tables) if topic not in set(admin.list_topics())]
+        topics = [pipeline.topic(table) for table in pipeline.tables]
+        existing = set(admin.list_topics())
+        missing = [topic for topic in topics if topic not in existing]
         if missing:
-            configs = topic_configs(render_config(settings, pipeline))
             admin.create_topics([
                 NewTopic(topic, num_partitions=pipeline.source.partitions,
                          replication_factor=settings.kafka_replication, topic_configs=configs)
                 for topic in missing
             ])
+        hold_for_lag(admin, [topic for topic in topics if topic in existing], configs[COMPACTION_LAG])
     finally:
         admin.close()
     return missing
+
+
+COMPACTION_LAG = "min.compaction.lag.ms"
+
+
+def hold_for_lag(admin: Any, topics: list[str], lag_ms: str) -> None:
+    """Set `topics`' compaction lag to `lag_ms` where it differs (an incremental change of that one key)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    if not topics:
+        return
+    found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics])
+    held = {topic: values[COMPACTION_LAG]["value"] for topic, values in next(iter(found.values())).items()}
+    changed = [topic for topic in topics if held.get(topic) != lag_ms]
+    if changed:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={COMPACTION_LAG: lag_ms})
+                             for topic in changed])
 
 
 # The connector's topic-creation keys that NewTopic takes as arguments, not as topic configs.
