@@ -61,7 +61,8 @@ STEPS = [
 
 def _drain_result() -> dict:
     sinks = {"search": {"records": 1000, "applied": 1000, "seconds": 4.0, "records_per_s": 250.0,
-                        "second_half_records_per_s": 250.0},
+                        "second_half_records_per_s": 250.0, "with_follow_up_seconds": 5.0,
+                        "with_follow_up_records_per_s": 200.0},
              "cache": {"records": 1000, "applied": 1000, "seconds": 2.0, "records_per_s": 500.0},
              "warehouse": {"records": 1000, "applied": 300, "seconds": None, "records_per_s": None},
              "analytics": {"records": 400, "applied": 400, "seconds": 8.0, "records_per_s": 50.0}}
@@ -140,6 +141,7 @@ def test_drain_summary_gives_each_stage_its_rate_and_ratios_and_says_who_did_not
     assert "| search | 1000 | 4.0 | 250.0 | 2.5% | 12.5% |" in text
     assert "| warehouse | 1000 | not caught up | – | – | – |" in text
     assert "second half of each backlog (the JVMs warmer): search 250 records/s." in text
+    assert "search with its follow-up query (the nested views): caught up after 5.0 s, 200 records/s." in text
 
 
 def test_a_drains_second_half_rate_runs_from_the_first_sample_past_half_the_backlog_to_the_catch_up():
