@@ -196,7 +196,7 @@ def build_query(
         if (topic := sink.follow_up_topic()) is None:
             return query
         ensure_topic(settings, topic, FOLLOW_UP_RETENTION_MS)
-        follow = source(spark, settings, [topic], "earliest", settings.max_offsets_per_trigger)
+        follow = source(spark, settings, [topic], "earliest", settings.follow_up_max_offsets_per_trigger)
         return follow_up(query, follow, sink, settings,
                          checkpoint=checkpoint.with_name(f"{checkpoint.name}-follow-up"))
     stream = (

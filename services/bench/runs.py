@@ -47,6 +47,7 @@ def knobs(settings: StackSettings, pipeline: PipelineConfig, connector: dict[str
         "job_analytics_trigger_interval": env_only.analytics_trigger_interval,
         "job_max_offsets_per_trigger": jobs.max_offsets_per_trigger,
         "job_delta_max_offsets_per_trigger": env_only.delta_max_offsets_per_trigger,
+        "job_follow_up_max_offsets_per_trigger": env_only.follow_up_max_offsets_per_trigger,
         "job_driver_memory": jobs.driver_memory,
         "job_es_bulk_size": env_only.es_bulk_size,
         "job_es_refresh_ms": env_only.es_refresh_ms,

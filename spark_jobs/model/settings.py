@@ -83,6 +83,10 @@ class JobSettings(BaseSettings):
     # table), so when they are behind (a snapshot, a backlog) larger batches apply far more per second:
     # warehouse alone 2,070 changes/s in 20,000-change batches, 7,800 in 100,000 (docs/apply.md).
     delta_max_offsets_per_trigger: int = Field(default=100_000, ge=1)
+    # Search's follow-up query (the nested views' lookups) rebuilds each touched document once per batch,
+    # so when it is behind larger batches rebuild fewer: a 500,000-change drain with search alone had its
+    # nested views caught up after 182 s with 100,000, 240 s with 20,000 (docs/benchmarks.md, 2026-12-04).
+    follow_up_max_offsets_per_trigger: int = Field(default=100_000, ge=1)
     # None = let spark-submit's --master decide (cluster runs). Locally, 4 task slots (the micro-batch
     # queries'; a local driver adds one per Kafka partition its real-time queries read) on the
     # machine's 2 cores: FAIR pools never preempt a running task, so with 2 slots the analytics
