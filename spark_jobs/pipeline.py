@@ -198,7 +198,7 @@ def build_query(
         ensure_topic(settings, topic, FOLLOW_UP_RETENTION_MS)
         follow = source(spark, settings, [topic], "earliest", settings.follow_up_max_offsets_per_trigger)
         return follow_up(query, follow, sink, settings,
-                         checkpoint=checkpoint.with_name(f"{checkpoint.name}-follow-up"))
+                         checkpoint=checkpoints.follow_up(checkpoint))
     stream = (
         records.writeStream.queryName(name)
         .foreachBatch(BatchWriter(sink, settings, catalogue))

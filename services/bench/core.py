@@ -212,15 +212,14 @@ class Bench:
         sink with a follow-up query (search's nested views in Real-Time Mode), its records too: the sink
         has not applied a change until that query has."""
         ends = self.end_offsets()
-        checkpoints = self.settings.state_dir / "checkpoints"
         behind = {
             sink: lag.records_behind(applied, {topic: ends.get(topic, {}) for topic in self.topics(sink)})
             for sink, applied in self.positions(self.sinks).items()
         }
+        jobs = driver.job_settings(self.settings)
         for sink, topic in self.follow_up_topics.items():
             with self._kafka_lock:
-                follow_ends = lag.end_offsets(self.settings, [topic], consumer=self._consumer)
-            behind[sink] += lag.records_behind(lag.committed_offsets(checkpoints / f"{sink}-follow-up"), follow_ends)
+                behind[sink] += lag.follow_up_behind(self.settings, jobs, sink, topic, consumer=self._consumer)
         return behind
 
     def positions(self, sinks: tuple[SinkName, ...]) -> dict[str, Offsets]:
@@ -236,11 +235,9 @@ class Bench:
     def follow_up_topics(self) -> dict[SinkName, str]:
         """The run's real-time sinks' follow-up topics (`Sink.follow_up_topic`, spark_jobs/realtime.py):
         search's, with nested views."""
-        from spark_jobs.sinks.base import build_sink
-
         jobs = driver.job_settings(self.settings)
         return {sink: topic for sink in self.sinks
-                if sink in self.realtime_sinks and (topic := build_sink(sink, jobs, self.pipeline).follow_up_topic())}
+                if sink in self.realtime_sinks and (topic := lag.follow_up_topic(jobs, self.pipeline, sink))}
 
     def wait_caught_up(self, timeout_s: float, stall_s: float | None = None) -> float:
         """Wait until every sink has committed everything in its topics; returns the seconds waited.

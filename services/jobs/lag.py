@@ -12,9 +12,12 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from services.jobs import driver
 from services.settings import StackSettings
-from spark_jobs.runtime.checkpoints import Offsets, committed_offsets, furthest, query_id
+from spark_jobs.model.config import PipelineConfig
+from spark_jobs.model.settings import JobSettings
+from spark_jobs.runtime.checkpoints import Offsets, committed_offsets, follow_up, furthest, query_id
 
-__all__ = ["applied_offsets", "committed_offsets", "end_offsets", "positions", "records_behind", "sink_positions"]
+__all__ = ["applied_offsets", "committed_offsets", "end_offsets", "follow_up_behind", "follow_up_topic", "positions",
+           "records_behind", "sink_positions"]
 
 # AppliedPositions.GROUP_PREFIX: a real-time query's group is this and its query id.
 APPLIED_GROUP_PREFIX = "tideline-applied-"
@@ -89,3 +92,19 @@ def records_behind(committed: dict[str, dict[int, int]], ends: dict[str, dict[in
         max(0, end - committed.get(topic, {}).get(part, 0))
         for topic, parts in ends.items() for part, end in parts.items()
     )
+
+
+def follow_up_topic(jobs: JobSettings, pipeline: PipelineConfig, sink: str) -> str | None:
+    """The topic `sink`'s follow-up query reads when it runs in Real-Time Mode (search's nested views'
+    lookups, spark_jobs/realtime.py), or None: it has nothing to follow up."""
+    from spark_jobs.sinks.base import build_sink
+
+    return build_sink(sink, jobs, pipeline).follow_up_topic()
+
+
+def follow_up_behind(settings: StackSettings, jobs: JobSettings, sink: str, topic: str,
+                     consumer: KafkaConsumer | None = None) -> int:
+    """Records of `topic` that `sink`'s follow-up query has not committed: until it has, the nested
+    documents those lookups reach are behind their rows."""
+    ends = end_offsets(settings, [topic], consumer=consumer)
+    return records_behind(committed_offsets(follow_up(jobs.checkpoint_dir / sink)), ends)

@@ -55,6 +55,8 @@ def sinks_table(status: Status) -> Table:
                       (sink.last_error or "")[:80])
         for figures in sink.tables:
             table.add_row(f"  {figures.table}", "", *_freshness_cells(figures, status.taken_at_ms), "")
+        if sink.follow_up_behind is not None:  # lookups, not changes: the nested views' own query
+            table.add_row("  nested views", "", str(sink.follow_up_behind), "-", "-", "-", "")
     return table
 
 

@@ -108,11 +108,13 @@ def sink_figures(
         times = commit_times(settings, wanted)
         dead = dlq.count_by_sink_and_topic(
             dlq.read_letters(settings, jobs.dlq_topic, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS))
+        follow_ups = {sink: lag.follow_up_behind(settings, jobs, sink, topic) for sink in jobs.realtime_sinks
+                      if views.get(sink) and (topic := lag.follow_up_topic(jobs, pipeline, sink))}
     except KafkaError as exc:
         problems.append(f"cannot read Kafka at {settings.kafka_bootstrap}: {exc}")
         # The checkpoints alone, when Kafka (and so the writers' applied positions) cannot be read.
         committed = {sink: lag.committed_offsets(path) for sink, path in checkpoints.items()}
-        ends, times, dead = None, {}, {}
+        ends, times, dead, follow_ups = None, {}, {}, {}
     figures = []
     for sink, topics in views.items():
         if not topics:
@@ -123,7 +125,7 @@ def sink_figures(
                           times, None if ends is None else dead.get((sink, topic), 0))
             for table, topic in topics.items()
         )
-        figures.append(SinkFigures(sink, state, last_error, tables))
+        figures.append(SinkFigures(sink, state, last_error, tables, follow_ups.get(sink)))
     return tuple(figures)
 
 

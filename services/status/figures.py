@@ -32,6 +32,9 @@ class SinkFigures:
     state: str  # running | paused | stopped | unknown (the driver is not reporting)
     last_error: str | None
     tables: tuple[TableFigures, ...]
+    # Search's nested views in Real-Time Mode: lookups its follow-up query has not applied (until it has,
+    # the nested documents they reach are behind their rows). None for a sink without one, or unknown.
+    follow_up_behind: int | None = None
 
     @property
     def records_behind(self) -> int | None:
@@ -163,6 +166,7 @@ def to_json(status: Status) -> dict[str, Any]:
                 "state": sink.state,
                 "last_error": sink.last_error,
                 **_freshness(sink, now),
+                "follow_up_records_behind": sink.follow_up_behind,
                 "tables": [{"table": t.table, "topic": t.topic, **_freshness(t, now)} for t in sink.tables],
             }
             for sink in status.sinks

@@ -41,6 +41,8 @@ def _sink_metrics(status: Status) -> Iterator[GaugeMetricFamily]:
                        "Now minus the source commit time of the oldest change the query has not committed "
                        "(0 when none is waiting)", ["sink", "table"])
     state = _gauge("query_state", "1 for the state the sink's query is in", ["sink", "state"])
+    follow_up = _gauge("follow_up_records_behind", "Lookups of the sink's nested views its follow-up query "
+                       "has not applied (search in Real-Time Mode)", ["sink"])
     for sink in status.sinks:
         for table in sink.tables:
             labels = [sink.sink, table.table]
@@ -56,7 +58,9 @@ def _sink_metrics(status: Status) -> Iterator[GaugeMetricFamily]:
                 unapplied.add_metric(labels, 0.0)
         for name in QUERY_STATES:
             state.add_metric([sink.sink, name], 1.0 if sink.state == name else 0.0)
-    yield from (behind, dead, applied, unapplied, state)
+        if sink.follow_up_behind is not None:
+            follow_up.add_metric([sink.sink], sink.follow_up_behind)
+    yield from (behind, dead, applied, unapplied, state, follow_up)
 
 
 def _source_metrics(status: Status) -> Iterator[GaugeMetricFamily]:

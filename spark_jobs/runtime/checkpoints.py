@@ -32,6 +32,11 @@ def retired(checkpoint: Path) -> Path:
     return checkpoint.with_name(checkpoint.name + ".retired")
 
 
+def follow_up(checkpoint: Path) -> Path:
+    """The checkpoint of a real-time query's follow-up query (spark_jobs/realtime.py), beside its own."""
+    return checkpoint.with_name(f"{checkpoint.name}-follow-up")
+
+
 def committed_offsets(checkpoint: Path) -> Offsets:
     """{topic: {partition: next offset}} after the newest committed micro-batch; a new checkpoint
     that continues a retired one has the retired one's until it commits; {} before the first batch."""

@@ -104,10 +104,19 @@ def test_status_metrics_and_tide_status_show_every_sink_fresh_after_a_commit(run
     assert samples[("tideline_connector_state", (("connector", pipeline.source.connector), ("state", "RUNNING")))] == 1
     assert samples[("tideline_query_state", (("sink", "search"), ("state", "running")))] == 1
 
+    # Search's nested views (its follow-up query) catch up too, and say so; no other sink has them.
+    def nested_caught_up():
+        status = _status(api)
+        return status if _sink(status, "search")["follow_up_records_behind"] == 0 else None
+
+    nested = wait_until(nested_caught_up, CAUGHT_UP_S, "search's nested views to apply their lookups", interval=1)
+    assert {sink["sink"] for sink in nested["sinks"] if sink["follow_up_records_behind"] is not None} == {"search"}
+
     rows = _cli_rows(jobs, "status")
     assert rows[f"connector {pipeline.source.connector}"][1] == "RUNNING"
     assert rows[f"slot {pipeline.source.slot}"][1] == "active"
     assert {name for name in SINKS if rows[name][1] == "running"} == set(SINKS)
+    assert rows["nested views"][2].isdigit()  # lookups behind, under search
 
 
 def test_stopping_connect_shows_the_connector_down_and_the_slot_lag_growing_then_both_recover(run, api, stack):

@@ -28,7 +28,8 @@ def _table(name: str, behind: int, applied: int | None, unapplied: int | None, d
 
 def _status(connector_state: str = "RUNNING", slot_active: bool | None = True) -> Status:
     search = SinkFigures("search", "paused", None, (
-        _table("orders", 40, NOW - 90_000, NOW - 85_000, dead=1), _table("customers", 2, NOW - 60_000, NOW - 59_000)))
+        _table("orders", 40, NOW - 90_000, NOW - 85_000, dead=1), _table("customers", 2, NOW - 60_000, NOW - 59_000)),
+        follow_up_behind=7)
     cache = SinkFigures("cache", "running", None, (_table("orders", 0, NOW - 1_500, None),))
     source = SourceFigures("tideline-postgres", connector_state, (TaskFigures(0, "RUNNING", None),), "tideline",
                            slot_active is not None, slot_active, 4096 if slot_active is not None else None, "reserved")
@@ -76,6 +77,7 @@ def test_status_json_carries_each_figure_and_its_age():
     document = to_json(_status())
     search = document["sinks"][0]
     assert (search["sink"], search["state"], search["records_behind"]) == ("search", "paused", 42)
+    assert (search["follow_up_records_behind"], document["sinks"][1]["follow_up_records_behind"]) == (7, None)
     assert search["oldest_unapplied_age_s"] == 85.0
     orders = search["tables"][0]
     assert (orders["table"], orders["newest_applied_age_s"], orders["oldest_unapplied_age_s"]) == ("orders", 90.0, 85.0)
@@ -104,6 +106,9 @@ def test_prometheus_text_has_a_gauge_per_figure_labelled_by_sink_and_table():
     # Caught up: nothing waits, so the oldest unapplied change is 0 s old.
     assert samples[("tideline_oldest_unapplied_age_seconds", (("sink", "cache"), ("table", "orders")))] == 0
     assert samples[("tideline_query_state", (("sink", "search"), ("state", "paused")))] == 1
+    # The nested views' follow-up query: search's only; no figure for a sink without one.
+    assert samples[("tideline_follow_up_records_behind", (("sink", "search"),))] == 7
+    assert ("tideline_follow_up_records_behind", (("sink", "cache"),)) not in samples
     assert samples[("tideline_query_state", (("sink", "search"), ("state", "running")))] == 0
     assert samples[("tideline_replication_slot_lag_bytes", (("slot", "tideline"),))] == 4096
     assert samples[("tideline_replication_slot_active", (("slot", "tideline"),))] == 1
