@@ -216,11 +216,15 @@ class Bench:
             sink: lag.records_behind(applied, {topic: ends.get(topic, {}) for topic in self.topics(sink)})
             for sink, applied in self.positions(self.sinks).items()
         }
-        jobs = driver.job_settings(self.settings)
-        for sink, topic in self.follow_up_topics.items():
-            with self._kafka_lock:
-                behind[sink] += lag.follow_up_behind(self.settings, jobs, sink, topic, consumer=self._consumer)
+        for sink in self.follow_up_topics:
+            behind[sink] += self.follow_up_behind(sink)
         return behind
+
+    def follow_up_behind(self, sink: SinkName) -> int:
+        """Records of `sink`'s follow-up topic (one of `follow_up_topics`) its follow-up query has not applied."""
+        with self._kafka_lock:
+            return lag.follow_up_behind(self.settings, driver.job_settings(self.settings), sink,
+                                        self.follow_up_topics[sink], consumer=self._consumer)
 
     def positions(self, sinks: tuple[SinkName, ...]) -> dict[str, Offsets]:
         """Per sink, what its query has applied: its checkpoint's offsets or, further, what a real-time

@@ -157,14 +157,13 @@ def time_sinks(bench: Bench, timeout_s: float) -> dict:
             if sink not in done_at and counts[sink] >= goal[sink]:
                 done_at[sink] = round(now - began, 1)
                 bench.say(f"  {sink} caught up after {done_at[sink]} s")
-        waiting = [sink for sink in follow if sink in done_at and sink not in views_done_at]
-        behind = bench.behind() if waiting else {}
-        for sink in waiting:
-            if behind[sink] <= 0:
+        for sink in (sink for sink in follow if sink in done_at and sink not in views_done_at):
+            behind = bench.follow_up_behind(sink)  # its main query is done: only the follow-up's lag is left
+            if behind <= 0:
                 views_done_at[sink] = round(now - began, 1)
                 bench.say(f"  {sink}'s follow-up query caught up after {views_done_at[sink]} s")
-            elif behind[sink] < least_behind.get(sink, behind[sink] + 1):
-                least_behind[sink], last_gain = behind[sink], now
+            elif behind < least_behind.get(sink, behind + 1):
+                least_behind[sink], last_gain = behind, now
         try:
             bench.require_jobs()
         except BenchError as exc:

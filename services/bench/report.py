@@ -127,14 +127,14 @@ def drain_lines(data: dict) -> list[str]:
         lines.append(_row(stage, records[stage], seconds if seconds is not None else "not caught up", rate,
                           _ratio(data["ratios"]["of_decoding"][stage]),
                           _ratio(data["ratios"]["of_capture"].get(stage))))
-    warmer = {sink: s["second_half_records_per_s"] for sink, s in data["apply"]["sinks"].items()
-              if s.get("second_half_records_per_s")}
     for sink, s in data["apply"]["sinks"].items():
         if "with_follow_up_seconds" in s:
             done = s["with_follow_up_seconds"]
             lines += ["", f"{sink} with its follow-up query (the nested views): "
                       + (f"caught up after {done} s, {s['with_follow_up_records_per_s']:,.0f} records/s."
                          if done else "not caught up.")]
+    warmer = {sink: s["second_half_records_per_s"] for sink, s in data["apply"]["sinks"].items()
+              if s.get("second_half_records_per_s")}
     if warmer:
         lines += ["", "Over the second half of each backlog (the JVMs warmer): "
                   + ", ".join(f"{sink} {rate:,.0f} records/s" for sink, rate in warmer.items()) + "."]
