@@ -11,8 +11,8 @@ The warehouse's MERGEs are Spark jobs of their own (docs/apply.md counts them pe
 named in `TIDE_JOB_REALTIME_SINKS` runs in Real-Time Mode instead: long-running tasks and the sink's
 JVM writer, no micro-batches (spark_jobs/realtime.py).
 
-Exactly-once effect = at-least-once delivery (checkpointed offsets, a failed micro-batch is replayed)
-+ idempotent, version-guarded sink writes.
+Exactly-once effect = at-least-once delivery (checkpointed offsets, a failed micro-batch is replayed,
+or planned again smaller if it failed twice: checkpoints.batch_cap) + idempotent, version-guarded sink writes.
 """
 
 from __future__ import annotations
@@ -189,16 +189,17 @@ def build_query(
     checkpoint = checkpoint or settings.checkpoint_dir / sink_name
     starting = checkpoints.starting_offsets(checkpoint, topics, pipeline.source.partitions)
     name = f"tideline-{sink_name}" + ("" if checkpoint.name == sink_name else "-rebuild")
-    max_offsets = None if realtime else settings.max_offsets_of(sink_name)
+    max_offsets = None if realtime else checkpoints.batch_cap(checkpoint, settings.max_offsets_of(sink_name))
     records = source(spark, settings, topics, starting, max_offsets)
     if realtime:
         query = start_realtime(records, sink, columns, settings, name=name, checkpoint=checkpoint)
         if (topic := sink.follow_up_topic()) is None:
             return query
         ensure_topic(settings, topic, FOLLOW_UP_RETENTION_MS)
-        follow = source(spark, settings, [topic], "earliest", settings.follow_up_max_offsets_per_trigger)
-        return follow_up(query, follow, sink, settings,
-                         checkpoint=checkpoints.follow_up(checkpoint))
+        follow_checkpoint = checkpoints.follow_up(checkpoint)
+        cap = checkpoints.batch_cap(follow_checkpoint, settings.follow_up_max_offsets_per_trigger)
+        return follow_up(query, source(spark, settings, [topic], "earliest", cap), sink, settings,
+                         checkpoint=follow_checkpoint)
     stream = (
         records.writeStream.queryName(name)
         .foreachBatch(BatchWriter(sink, settings, catalogue))

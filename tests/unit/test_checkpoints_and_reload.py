@@ -1,4 +1,5 @@
-"""How a query continues without a removed table's topic (spark_jobs/runtime/checkpoints.py), and which queries a
+"""How a query continues without a removed table's topic and how a batch that keeps failing is planned again smaller
+(spark_jobs/runtime/checkpoints.py), and which queries a
 re-read pipeline.yaml restarts (spark_jobs/runtime/reload.py). Pure: folders written as Spark writes them."""
 
 import json
@@ -53,6 +54,41 @@ def test_the_retired_checkpoint_is_dropped_once_the_new_one_has_committed(tmp_pa
     checkpoints.drop_retired(search)
     assert not checkpoints.retired(search).exists()
     assert checkpoints.committed_offsets(search) == {"t.a": {0: 9}}
+
+
+
+def test_a_batch_that_did_not_finish_twice_is_planned_again_under_a_halved_cap_per_further_start(tmp_path):
+    analytics = tmp_path / "analytics"
+    write_batch(analytics, 2, {"t.a": {0: 100}})
+    write_batch(analytics, 3, {"t.a": {0: 100_100}}, committed=False)  # the driver died in batch 3
+    (analytics / "offsets" / ".3.crc").write_text("")
+    assert checkpoints.batch_cap(analytics, 100_000) == 100_000  # replayed as planned once
+    assert (analytics / "offsets" / "3").exists()
+    assert checkpoints.batch_cap(analytics, 100_000) == 50_000  # ... and it died again
+    assert not (analytics / "offsets" / "3").exists() and not (analytics / "offsets" / ".3.crc").exists()
+    assert checkpoints.pending_batch(analytics) is None  # Spark plans batch 3 again from batch 2's end
+    assert checkpoints.committed_offsets(analytics) == {"t.a": {0: 100}}
+    write_batch(analytics, 3, {"t.a": {0: 50_100}}, committed=False)  # planned again, and died once more
+    assert checkpoints.batch_cap(analytics, 100_000) == 25_000
+    for _ in range(10):
+        write_batch(analytics, 3, {"t.a": {0: 1_100}}, committed=False)
+        assert checkpoints.batch_cap(analytics, 100_000) >= checkpoints.MIN_REPLANNED
+
+
+def test_the_count_of_attempts_starts_again_with_each_batch_and_ends_when_it_commits(tmp_path):
+    warehouse = tmp_path / "warehouse"
+    assert checkpoints.batch_cap(warehouse, 20_000) == 20_000  # a new checkpoint
+    write_batch(warehouse, 0, {"t.a": {0: 10}}, committed=False)
+    assert checkpoints.batch_cap(warehouse, 20_000) == 20_000
+    write_batch(warehouse, 0, {"t.a": {0: 10}})  # the replay committed ...
+    write_batch(warehouse, 1, {"t.a": {0: 30}}, committed=False)  # ... and the next batch was interrupted
+    assert checkpoints.batch_cap(warehouse, 20_000) == 20_000  # a first interruption of batch 1
+    write_batch(warehouse, 1, {"t.a": {0: 30}})
+    assert checkpoints.batch_cap(warehouse, 20_000) == 20_000
+    assert not (warehouse / checkpoints.ATTEMPTS).exists()
+    write_batch(warehouse, 2, {"t.a": {0: 31}}, committed=False)
+    assert checkpoints.batch_cap(warehouse, 500) == 500  # a cap below the floor is never raised
+    assert checkpoints.batch_cap(warehouse, 500) == 500
 
 
 DEMO = load()
