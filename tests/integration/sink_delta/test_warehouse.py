@@ -4,10 +4,12 @@ the contract every sink keeps (test_sink_contract.py): exact types, schema chang
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from spark_jobs.changes.newest import newest_per_row
@@ -17,6 +19,7 @@ from spark_jobs.model.config import PipelineConfig, TableConfig, WarehouseView
 from spark_jobs.runtime.session import starting_with
 from spark_jobs.sinks.base import COMMIT_TS, VERSION_MAJOR, VERSION_MINOR, Batch
 from spark_jobs.sinks.delta import WarehouseSink
+from spark_jobs.sinks.delta._tables import SESSION_SETTINGS
 from spark_jobs.sinks.delta.maintenance import maintain, session_settings
 from tests.integration.sink_delta.support import MEMBERS, order, product, truncate, versions, write
 from tests.unit.spark_frames import change, frame
@@ -144,6 +147,19 @@ def test_a_replayed_batch_commits_nothing_to_any_table(spark, sink):
     assert rows(spark, sink, "products") == before and set(before) == {1, 4}
     assert versions(spark, *paths) == held, "a replay must not add commits to any table"
 
+
+
+def test_wide_rows_are_written_in_row_groups_no_larger_than_the_delta_sessions_set(spark, sink, monkeypatch):
+    """A reader holds a whole row group's column in memory: the Delta queries' sessions cap row groups
+    (SESSION_SETTINGS: 16 MiB; here 1 MiB, so that 3.6 MB of descriptions show it), or Parquet's 128-MiB
+    default would put each of these files in one."""
+    monkeypatch.setitem(SESSION_SETTINGS, "parquet.block.size", str(2**20))
+    write(spark, sink, [product((8, key), key=key, op="c", description=os.urandom(6_000).hex())
+                        for key in range(1, 301)])
+    files = [pq.ParquetFile(path).metadata for path in Path(sink.path("products")).glob("*.parquet")]
+    groups = [meta.row_group(i).total_byte_size for meta in files for i in range(meta.num_row_groups)]
+    assert sum(meta.num_rows for meta in files) == 300
+    assert len(groups) > len(files) and max(groups) < 2 * 2**20, groups
 
 def test_a_batch_groups_the_tombstones_of_its_own_rows_only(spark, sink):
     """The tombstones table keeps every delete ever applied; a batch's lookup returns its own rows' newest."""
