@@ -28,6 +28,19 @@ TABLE_PROPERTIES = {
     "delta.enableDeletionVectors": "true",
 }
 
+# How Parquet files are written and read, in the Delta queries' sessions and in maintenance's (whose
+# compaction rewrites the files the queries read):
+# - row groups of at most 16 MiB (Parquet's default: 128): a reader holds a row group's whole column
+#   chunk in memory and a writer buffers one. The demo's products descriptions (~11 KB each) made row
+#   groups of 95 MiB in products_history, and an analytics batch reading them beside the other queries
+#   ran the shared 2-GiB driver out of heap (docs/apply.md, "Heap and wide rows");
+# - vectorized reads of 1,024 rows (Spark's default: 4,096): a column's vector holds a read batch's
+#   values, 45 MiB of those descriptions at 4,096.
+PARQUET_SETTINGS = {
+    "parquet.block.size": str(16 * 2**20),  # Spark passes its SQL settings on to Parquet's writer
+    "spark.sql.parquet.columnarReaderBatchSize": "1024",
+}
+
 # Settings of the Delta queries' own sessions (a streaming query runs in a clone of the driver's
 # session, so these reach no other query), measured per batch (docs/apply.md, "Jobs per batch"):
 # - adaptive execution off: it runs every shuffle stage as a Spark job of its own (a four-table
@@ -41,18 +54,12 @@ TABLE_PROPERTIES = {
 #   the version of a Delta table read below it. Ours is persisted and read once before any MERGE of
 #   the batch (the marks table below it is read before the batch appends to it), so both passes
 #   read the same rows, as with Delta 4.0, which had no such check;
-# - Parquet row groups of at most 16 MiB (Parquet's default: 128): a reader holds a row group's whole
-#   column chunk in memory and a writer buffers one. The demo's products descriptions (~11 KB each)
-#   made row groups of 95 MiB in products_history, and an analytics batch reading them beside the
-#   other queries ran the shared 2-GiB driver out of heap (docs/apply.md, "Heap and wide rows");
-# - vectorized Parquet reads of 1,024 rows (Spark's default: 4,096): a column's vector holds a read
-#   batch's values, 45 MiB of those descriptions at 4,096.
+# - and PARQUET_SETTINGS.
 SESSION_SETTINGS = {
     "spark.sql.adaptive.enabled": "false",
     "spark.databricks.delta.merge.materializeSource": "none",
     "spark.databricks.delta.merge.failSourceCachedAfterMaterialization": "false",
-    "parquet.block.size": str(16 * 2**20),  # Spark passes its SQL settings on to Parquet's writer
-    "spark.sql.parquet.columnarReaderBatchSize": "1024",
+    **PARQUET_SETTINGS,
 }
 
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from spark_jobs.sinks.delta._tables import PARQUET_SETTINGS
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -70,10 +72,11 @@ def _live_files(spark: SparkSession, path: str) -> int:
 
 
 def session_settings(spark: SparkSession, retain_hours: float) -> dict[str, str]:
-    """What a maintenance session sets before `maintain`: VACUUM's listing in one task per core, and Delta's
-    retention check off when `retain_hours` is below its default (safe for the sink, which is paused
-    and the tables' only writer; a reader still reading a version older than that can fail)."""
-    found = {LISTING_TASKS: str(spark.sparkContext.defaultParallelism)}
+    """What a maintenance session sets before `maintain`: the Delta queries' Parquet settings (compaction
+    writes the files they read), VACUUM's listing in one task per core, and Delta's retention check off
+    when `retain_hours` is below its default (safe for the sink, which is paused and the tables' only
+    writer; a reader still reading a version older than that can fail)."""
+    found = PARQUET_SETTINGS | {LISTING_TASKS: str(spark.sparkContext.defaultParallelism)}
     return found | ({RETENTION_CHECK: "false"} if retain_hours < DEFAULT_RETAIN_HOURS else {})
 
 
