@@ -29,7 +29,8 @@ log = logging.getLogger("tideline.pipeline")
 
 Offsets = dict[str, dict[int, int]]  # {topic: {partition: next offset}}
 EARLIEST = -2  # startingOffsets' code for a partition's earliest offset
-# The smallest cap a batch planned again is given: a batch of this size never exhausted a heap here.
+# The smallest cap a batch is planned again under: one that keeps failing for a reason other than its
+# size (a store refusing it) shrinks no further than this.
 MIN_REPLANNED = 1_000
 ATTEMPTS = "tideline-attempts"  # in the checkpoint folder, so it goes with it (a rebuild, `retire`)
 
