@@ -56,7 +56,6 @@ def test_the_retired_checkpoint_is_dropped_once_the_new_one_has_committed(tmp_pa
     assert checkpoints.committed_offsets(search) == {"t.a": {0: 9}}
 
 
-
 def test_a_batch_that_did_not_finish_twice_is_planned_again_under_a_halved_cap_per_further_start(tmp_path):
     analytics = tmp_path / "analytics"
     write_batch(analytics, 2, {"t.a": {0: 100}})

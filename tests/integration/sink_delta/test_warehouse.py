@@ -148,7 +148,6 @@ def test_a_replayed_batch_commits_nothing_to_any_table(spark, sink):
     assert versions(spark, *paths) == held, "a replay must not add commits to any table"
 
 
-
 def test_wide_rows_are_written_in_row_groups_no_larger_than_the_delta_sessions_set(spark, sink, monkeypatch):
     """A reader holds a whole row group's column in memory: the Delta queries' sessions cap row groups
     (SESSION_SETTINGS: 16 MiB; here 1 MiB, so that 3.6 MB of descriptions show it), or Parquet's 128-MiB
@@ -160,6 +159,7 @@ def test_wide_rows_are_written_in_row_groups_no_larger_than_the_delta_sessions_s
     groups = [meta.row_group(i).total_byte_size for meta in files for i in range(meta.num_row_groups)]
     assert sum(meta.num_rows for meta in files) == 300
     assert len(groups) > len(files) and max(groups) < 2 * 2**20, groups
+
 
 def test_a_batch_groups_the_tombstones_of_its_own_rows_only(spark, sink):
     """The tombstones table keeps every delete ever applied; a batch's lookup returns its own rows' newest."""
