@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from spark_jobs.model import config
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES, documents
@@ -58,3 +60,20 @@ def test_undecoded_and_refused_changes_come_as_ready_dead_letters_with_no_lookup
     assert all(row["kind"] == "letter" for row in rows.values()) and rows[0]["touches"] is None
     assert letters[0]["stage"] == "decode:search" and letters[0]["value"] == "{nope"
     assert letters[1]["stage"] == "apply:search" and "clashes with the sink's metadata prefix" in letters[1]["reason"]
+
+
+def test_the_real_time_query_is_handed_its_rows_optimized_once_and_they_come_out_the_same(spark):
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    from spark_jobs.realtime import optimized
+
+    rows = [change((5, 7), key=1), change((5, 8), op="d", key=2, offset=1),
+            change((5, 9), op="c", key=3, old_row_id="1", unavailable=("description",), offset=2)]
+    planned = SINK.writer_rows(frame(spark, rows), demo_catalogue())
+    once = optimized(planned)
+    # Spark plans each epoch again from this plan: an optimized one leaves its optimizer nothing to do.
+    assert once.queryExecution().optimizedPlan().toString() == once.queryExecution().analyzed().toString()
+    assert sorted(map(str, DataFrame(once, spark).collect())) == sorted(map(str, planned.collect()))
+    with pytest.raises(ValueError, match="reads the clock"):
+        optimized(planned.withColumn("seen", F.current_timestamp()))
