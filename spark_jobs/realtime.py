@@ -174,7 +174,8 @@ def optimized(rows: DataFrame) -> Any:
     on an idle machine). Refused for a plan that reads the clock, which optimizing freezes."""
     plan = rows._jdf.queryExecution().analyzed()
     if _CLOCK.search(plan.treeString(True, False, 2**31 - 1, False, False)):  # every field, none elided
-        raise ValueError("a real-time plan that reads the clock cannot be planned once")
+        raise ValueError("a real-time plan that reads the clock cannot be planned once: take the time in the "
+                         "sink's writer, or run the sink as micro-batches")
     jvm = rows.sparkSession.sparkContext._jvm
     assert jvm is not None, "a running session's context has its JVM gateway"
     session = rows.sparkSession._jsparkSession

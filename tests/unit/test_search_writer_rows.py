@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from spark_jobs.model import config
+from spark_jobs.realtime import optimized
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES, documents
 from tests.demo_catalogue import demo_catalogue
@@ -63,11 +66,6 @@ def test_undecoded_and_refused_changes_come_as_ready_dead_letters_with_no_lookup
 
 
 def test_the_real_time_query_is_handed_its_rows_optimized_once_and_they_come_out_the_same(spark):
-    from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
-
-    from spark_jobs.realtime import optimized
-
     rows = [change((5, 7), key=1), change((5, 8), op="d", key=2, offset=1),
             change((5, 9), op="c", key=3, old_row_id="1", unavailable=("description",), offset=2)]
     planned = SINK.writer_rows(frame(spark, rows), demo_catalogue())
