@@ -33,6 +33,10 @@ def bench_command(
     duration: Annotated[
         float | None, typer.Option(min=5, help="Seconds per rate (freshness, throughput, baseline).")
     ] = None,
+    warm_up: Annotated[
+        float | None, typer.Option(min=0, help="freshness: seconds of load at the first rate before measuring, "
+                                               "unmeasured (default 180; 0 measures from the cold start).")
+    ] = None,
     rows: Annotated[int | None, typer.Option(min=1, help="snapshot: products rows to snapshot.")] = None,
     changes: Annotated[
         int | None, typer.Option(min=1, help="drain: row changes in the backlog (default 500,000).")
@@ -64,6 +68,8 @@ def bench_command(
             options["rates"] = parse_rates(rates)
     if duration:
         options["duration_s"] = duration
+    if warm_up is not None:
+        options["warm_up_s"] = warm_up
     if rows:
         options["rows"] = rows
     if changes:

@@ -1,6 +1,10 @@
 """Scenario `freshness`: the demo workload at fixed rates; per sink, commit → readable delay.
 
-Each rate runs for `duration` seconds while marker rows are committed twice a
+First the load runs at the first rate for `warm_up` seconds and every sink catches up, unmeasured:
+the JVMs (the jobs', Elasticsearch's, Kafka's, Connect's) start moments before, and for their first
+minutes their JIT compilers take up to half their CPU (docs/benchmarks.md, "freshness — 2026-12-05
+08:46"), which a pipeline that runs for days pays once. `--warm-up 0` measures from the cold start.
+Then each rate runs for `duration` seconds while marker rows are committed twice a
 second and read back from Elasticsearch, Redis and Delta by the benchmark
 itself (services/bench/probes.py), and from the marker table's change topic
 (`captured`: the capture stage's own delay). Per rate it also records the rate
@@ -24,7 +28,8 @@ from spark_jobs.model.settings import SinkName
 
 NAME = "freshness"
 # 580 operations/s of the demo mix are about 1,000 row changes/s (1.72 per operation), the target rate.
-DEFAULTS = {"rates": [100.0, 580.0], "duration_s": 120.0, "seed": 1, "drain_timeout_s": 480.0, "capture_only": False}
+DEFAULTS = {"rates": [100.0, 580.0], "duration_s": 120.0, "seed": 1, "drain_timeout_s": 480.0, "capture_only": False,
+            "warm_up_s": 180.0}
 MARKER_INTERVAL_S = 0.5
 
 
@@ -51,6 +56,7 @@ def run(bench: Bench) -> dict:
     phases: list[dict] = []
     lag_series: list[list[float]] = []
     try:
+        warm_up = _warm_up(bench, options, capture_only)
         for rate in options["rates"]:
             phases.append(_phase(bench, probe, rate, options, lag_series, () if capture_only else bench.sinks))
         probe.stop_writing()
@@ -70,6 +76,7 @@ def run(bench: Bench) -> dict:
     return {
         "capture_only": capture_only,
         "snapshot_catch_up_s": snapshot_s,
+        "warm_up": {"rate": options["rates"][0], **warm_up},
         "marker_interval_s": MARKER_INTERVAL_S,
         "poll_interval_s": POLL_S,
         "drained": drained,
@@ -78,6 +85,19 @@ def run(bench: Bench) -> dict:
         "phases": phases,
         "records_behind": lag_series,
     }
+
+
+def _warm_up(bench: Bench, options: dict, capture_only: bool) -> dict:
+    """The first rate for `warm_up_s` seconds, then every sink caught up; not measured (module docstring)."""
+    seconds = options["warm_up_s"]
+    if seconds <= 0:
+        return {"seconds": 0.0, "catch_up_s": 0.0}
+    rate = options["rates"][0]
+    bench.say(f"warm-up: rate {rate:g} operations/s for {seconds:.0f}s, not measured")
+    bench.run_load(rate, seconds, lambda: None)
+    catch_up_s = 0.0 if capture_only else bench.wait_caught_up(options["drain_timeout_s"])
+    bench.say(f"  every sink caught up {catch_up_s}s after the warm-up")
+    return {"seconds": seconds, "catch_up_s": catch_up_s}
 
 
 def _phase(bench: Bench, probe: FreshnessProbe, rate: float, options: dict, lag_series: list,

@@ -66,8 +66,17 @@ def freshness_lines(data: dict) -> list[str]:
         for sink, d in phase["delay_s"].items():
             lines.append(_row(phase["rate"], phase["load"]["achieved_rate"], phase["source_row_changes_per_s"], sink,
                               d["count"], d["p50"], d["p95"], d["p99"], d["max"], phase["markers_never_seen"][sink]))
-    lines += ["", "`captured`: commit → in the marker table's change topic (the capture stage alone).", ""]
+    lines += ["", "`captured`: commit → in the marker table's change topic (the capture stage alone).", "",
+              warm_up_line(data.get("warm_up")), ""]
     return lines + offered_lines(data["phases"])
+
+
+def warm_up_line(warm_up: dict | None) -> str:
+    """What ran before the first measured phase (runs before 2026-12-05 10:00 UTC had no warm-up)."""
+    if not warm_up or not warm_up["seconds"]:
+        return "Measured from the cold start: no warm-up."
+    return (f"Warm-up, not measured: {warm_up['rate']:g} operations/s for {warm_up['seconds']:.0f} s, then every "
+            f"sink caught up in {warm_up['catch_up_s']} s.")
 
 
 def offered_lines(steps: list[dict]) -> list[str]:

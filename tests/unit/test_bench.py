@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from services.bench import baseline, core, measure, probes, runs, snapshot, throughput
 from services.bench.cli import parse_rates, parse_settings
 from services.bench.core import running_sinks
+from services.bench.report import warm_up_line
 from services.demo.load import LoadReport, Pacer, processes_for, workers_for
 from services.settings import StackSettings
 from spark_jobs.model.config import load
@@ -295,3 +296,11 @@ def test_a_run_measures_the_sinks_the_driver_runs_in_pipeline_order(monkeypatch)
     assert running_sinks() == ("search", "cache")
     monkeypatch.delenv("TIDE_JOB_SINKS")
     assert running_sinks() == SINKS
+
+
+def test_a_freshness_summary_says_what_ran_before_its_first_measured_phase():
+    assert warm_up_line({"rate": 30.0, "seconds": 180.0, "catch_up_s": 12.5}) == (
+        "Warm-up, not measured: 30 operations/s for 180 s, then every sink caught up in 12.5 s.")
+    cold = "Measured from the cold start: no warm-up."
+    assert warm_up_line({"rate": 30.0, "seconds": 0.0, "catch_up_s": 0.0}) == cold
+    assert warm_up_line(None) == cold  # results written before the warm-up existed
