@@ -45,7 +45,9 @@ def run(bench: Bench) -> dict:
         bench.capture_and_apply()
         snapshot_s = bench.wait_caught_up(300)
         bench.say(f"initial snapshot applied by every sink ({snapshot_s}s after the jobs started)")
-
+    # Before the markers (the wait for every sink to catch up needs the writes to stop; the markers do not)
+    # and the ceiling's slots (which hold the measured phases' changes only, as before the warm-up existed).
+    warm_up = _warm_up(bench, options, capture_only)
     ceiling = DecodingCeiling(bench)
     ceiling.create()
     finders: dict[str, Finder] = {
@@ -56,7 +58,6 @@ def run(bench: Bench) -> dict:
     phases: list[dict] = []
     lag_series: list[list[float]] = []
     try:
-        warm_up = _warm_up(bench, options, capture_only)
         for rate in options["rates"]:
             phases.append(_phase(bench, probe, rate, options, lag_series, () if capture_only else bench.sinks))
         probe.stop_writing()
