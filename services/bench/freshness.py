@@ -3,7 +3,7 @@
 First the load runs at the first rate for `warm_up` seconds and every sink catches up, unmeasured:
 the JVMs (the jobs', Elasticsearch's, Kafka's, Connect's) start moments before, and for their first
 minutes their JIT compilers take up to half their CPU (docs/benchmarks.md, "freshness — 2026-12-05
-08:46"), which a pipeline that runs for days pays once. `--warm-up 0` measures from the cold start.
+08:29-09:23"), which a pipeline that runs for days pays once. `--warm-up 0` measures from the cold start.
 Then each rate runs for `duration` seconds while marker rows are committed twice a
 second and read back from Elasticsearch, Redis and Delta by the benchmark
 itself (services/bench/probes.py), and from the marker table's change topic
