@@ -77,7 +77,7 @@ def run(bench: Bench) -> dict:
     return {
         "capture_only": capture_only,
         "snapshot_catch_up_s": snapshot_s,
-        "warm_up": {"rate": options["rates"][0], **warm_up},
+        "warm_up": warm_up,
         "marker_interval_s": MARKER_INTERVAL_S,
         "poll_interval_s": POLL_S,
         "drained": drained,
@@ -90,15 +90,16 @@ def run(bench: Bench) -> dict:
 
 def _warm_up(bench: Bench, options: dict, capture_only: bool) -> dict:
     """The first rate for `warm_up_s` seconds, then every sink caught up; not measured (module docstring)."""
-    seconds = options["warm_up_s"]
+    seconds, rate = options["warm_up_s"], options["rates"][0]
     if seconds <= 0:
-        return {"seconds": 0.0, "catch_up_s": 0.0}
-    rate = options["rates"][0]
+        return {"rate": rate, "seconds": 0.0, "catch_up_s": 0.0}
     bench.say(f"warm-up: rate {rate:g} operations/s for {seconds:.0f}s, not measured")
-    bench.run_load(rate, seconds, lambda: None)
-    catch_up_s = 0.0 if capture_only else bench.wait_caught_up(options["drain_timeout_s"])
-    bench.say(f"  every sink caught up {catch_up_s}s after the warm-up")
-    return {"seconds": seconds, "catch_up_s": catch_up_s}
+    bench.run_load(rate, seconds)
+    catch_up_s = 0.0
+    if not capture_only:
+        catch_up_s = bench.wait_caught_up(options["drain_timeout_s"])
+        bench.say(f"  every sink caught up {catch_up_s}s after the warm-up")
+    return {"rate": rate, "seconds": seconds, "catch_up_s": catch_up_s}
 
 
 def _phase(bench: Bench, probe: FreshnessProbe, rate: float, options: dict, lag_series: list,

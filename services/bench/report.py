@@ -72,7 +72,7 @@ def freshness_lines(data: dict) -> list[str]:
 
 
 def warm_up_line(warm_up: dict | None) -> str:
-    """What ran before the first measured phase (runs before 2026-12-05 10:00 UTC had no warm-up)."""
+    """What ran before the first measured phase (results written before 2026-12-05 09:00 UTC have none)."""
     if not warm_up or not warm_up["seconds"]:
         return "Measured from the cold start: no warm-up."
     return (f"Warm-up, not measured: {warm_up['rate']:g} operations/s for {warm_up['seconds']:.0f} s, then every "
