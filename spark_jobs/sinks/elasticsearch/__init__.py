@@ -201,13 +201,18 @@ class ElasticsearchSink(Sink):
         done = flat.groupBy().count()
         return flat.unionByName(self._rebuild_nested(touches(mine, self.pipeline.nested).crossJoin(done).drop("count")))
 
-    def _rebuild_nested(self, touched: DataFrame) -> DataFrame:
+    def _rebuild_nested(self, touched: DataFrame, prepared: bool = False) -> DataFrame:
         """The nested documents the lookups (view, kind, value) reach, rebuilt from the flat indices on
-        the executors; no rows come back (a document that cannot be written fails the batch)."""
-        from spark_jobs.sinks.elasticsearch._nested import NestedBuilder
+        the executors; no rows come back (a document that cannot be written fails the batch).
+        `prepared`: the flat writes are done and the indices prepared for this batch (the driver, now)."""
+        from spark_jobs.sinks.elasticsearch._nested_index import NestedBuilder
         from spark_jobs.sinks.shipping import REJECTED
 
-        builder = NestedBuilder(self.url, self.pipeline, self.targets, self.nested_targets, self.bulk_size)
+        builder = NestedBuilder(self.url, self.pipeline, self.targets, self.nested_targets, self.bulk_size,
+                                prepared=prepared)
+        if prepared:
+            with _store.client(self.url) as es:
+                builder.prepare(es)
         return touched.repartition(2, "view", "value").mapInArrow(builder, REJECTED)
 
     # -- Real-Time Mode
@@ -237,12 +242,14 @@ class ElasticsearchSink(Sink):
 
     def follow_up(self, records: DataFrame) -> DataFrame:
         """The nested views' documents the writer's lookups reach: each lookup was produced after its
-        change's flat write was acknowledged, so the flat state read here already holds the change."""
+        change's flat write was acknowledged, so the indices are prepared (refreshed, mapped) here on the
+        driver, once for the batch, instead of in each task (Elasticsearch refreshes on one thread here,
+        and the writers' refreshes wait behind these)."""
         from pyspark.sql import functions as F
 
         touch = F.from_json(F.col("value").cast("string"), "view string, kind string, value string").alias("t")
         touched = records.select(touch).select("t.*").where(F.col("view").isin(*self.pipeline.nested)).distinct()
-        return self._rebuild_nested(touched)
+        return self._rebuild_nested(touched, prepared=True)
 
 
 __all__ = ["ElasticsearchSink", "ElasticsearchSinkError"]
