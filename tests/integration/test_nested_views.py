@@ -176,10 +176,11 @@ def test_a_lookup_reads_every_hit_with_the_columns_asked_for_in_one_page_or_beyo
         rows = [{"owner": "big" if n < PAGE + 1 else "small", "n": n, "other": "x"} for n in range(PAGE + 4)]
         body = [part for n, row in enumerate(rows) for part in ({"index": {"_index": index, "_id": str(n)}}, row)]
         assert not es.bulk(operations=body, refresh=True)["errors"]
-        beyond = every_hit(es, index, {"term": {"owner": "big"}}, ["n"])
-        assert sorted(hit["_source"]["n"] for hit in beyond) == list(range(PAGE + 1))
-        assert all(set(hit["_source"]) == {"n"} for hit in beyond)
-        one_page = every_hit(es, index, {"term": {"owner": "small"}}, None)
+        for values in (1, PAGE + 1):  # a page tried first, then scrolled; scrolled straight away
+            beyond = every_hit(es, index, {"term": {"owner": "big"}}, ["n"], values)
+            assert sorted(hit["_source"]["n"] for hit in beyond) == list(range(PAGE + 1))
+            assert all(set(hit["_source"]) == {"n"} for hit in beyond)
+        one_page = every_hit(es, index, {"term": {"owner": "small"}}, None, 1)
         assert sorted(hit["_id"] for hit in one_page) == [str(n) for n in range(PAGE + 1, PAGE + 4)]
         assert all("_source" not in hit for hit in one_page)
     finally:

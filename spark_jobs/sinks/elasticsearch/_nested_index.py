@@ -40,14 +40,17 @@ MAX_TERMS = 10_000  # values per terms query (Elasticsearch allows 65536)
 PAGE = 1000  # hits a lookup reads in one search; a lookup finding more scrolls through them
 
 
-def every_hit(es: Elasticsearch, index: str, query: dict[str, Any], columns: list[str] | None) -> list[dict[str, Any]]:
-    """Every hit of `query`, with `columns` of its source (None: ids only): one search when they fit a page
-    (a batch's lookups mostly find a few documents), a scroll otherwise, which costs Elasticsearch a
-    search context and two requests more."""
+def every_hit(es: Elasticsearch, index: str, query: dict[str, Any], columns: list[str] | None,
+              values: int) -> list[dict[str, Any]]:
+    """Every hit of `query` (a lookup of `values` values, each finding a document or more), with `columns`
+    of its source (None: ids only): one search when they fit a page (a small batch's lookups), a scroll
+    otherwise, which costs Elasticsearch a search context and two requests more; a lookup of more values
+    than a page scrolls straight away rather than run its query once more."""
     source: bool | dict[str, Any] = False if columns is None else {"includes": columns}
-    found = es.search(index=index, query=query, source=source, size=PAGE, track_total_hits=PAGE + 1)["hits"]
-    if found["total"]["value"] <= PAGE:
-        return list(found["hits"])
+    if values <= PAGE:
+        found = es.search(index=index, query=query, source=source, size=PAGE, track_total_hits=PAGE + 1)["hits"]
+        if found["total"]["value"] <= PAGE:
+            return list(found["hits"])
     return list(helpers.scan(es, index=index, query={"query": query, "_source": source}))
 
 
@@ -67,8 +70,9 @@ class SearchState:
     def referring(self, table: str, column: str, values: list[str], columns: list[str]) -> dict[str, Row]:
         found: dict[str, Row] = {}
         for start in range(0, len(values), MAX_TERMS):
-            query = {"terms": {column: values[start:start + MAX_TERMS]}}
-            found |= {hit["_id"]: hit["_source"] for hit in every_hit(self.es, self.target(table), query, columns)}
+            part = values[start:start + MAX_TERMS]
+            hits = every_hit(self.es, self.target(table), {"terms": {column: part}}, columns, len(part))
+            found |= {hit["_id"]: hit["_source"] for hit in hits}
         return found
 
 
@@ -114,7 +118,7 @@ class NestedIndex:
             part = values[start:start + MAX_TERMS]
             query = {"terms": {REFS: part}} if kind == "terms" else \
                 {"bool": {"should": [{"prefix": {REFS: value}} for value in part], "minimum_should_match": 1}}
-            found |= {hit["_id"] for hit in every_hit(self.es, self.target, query, None)}
+            found |= {hit["_id"] for hit in every_hit(self.es, self.target, query, None, len(part))}
         return found
 
     def _rebuild(self, root_ids: list[str]) -> int:
