@@ -16,7 +16,7 @@ from spark_jobs.model.config import PipelineConfig
 from spark_jobs.sinks.elasticsearch import ElasticsearchSink
 from spark_jobs.sinks.elasticsearch._documents import TOMBSTONES
 from spark_jobs.sinks.elasticsearch._nested import REFS
-from spark_jobs.sinks.elasticsearch._nested_index import PAGE, every_hit
+from spark_jobs.sinks.elasticsearch._nested_index import ONE_SEARCH_HITS, ONE_SEARCH_VALUES, every_hit
 from tests.demo_catalogue import demo_catalogue
 from tests.sink_batches import apply
 from tests.unit.spark_frames import change
@@ -169,20 +169,22 @@ def test_a_truncate_of_a_parent_table_rebuilds_every_document_that_held_one_of_i
     assert [doc(es, view, n)["customer"] for n in (1, 2, 3)] == [None, None, None]
 
 
-def test_a_lookup_reads_every_hit_with_the_columns_asked_for_in_one_page_or_beyond_it(stack: StackSettings):
+def test_a_lookup_reads_every_hit_with_the_columns_asked_for_in_one_search_or_a_scroll(stack: StackSettings):
     es = Elasticsearch(f"http://{stack.host}:{stack.elasticsearch_port}")
     index = f"n{uuid.uuid4().hex[:10]}_lookup"
+    many = ONE_SEARCH_HITS + 1  # more than one search holds
     try:
-        rows = [{"owner": "big" if n < PAGE + 1 else "small", "n": n, "other": "x"} for n in range(PAGE + 4)]
+        rows = [{"owner": "big" if n < many else "small", "n": n, "other": "x"} for n in range(many + 3)]
         body = [part for n, row in enumerate(rows) for part in ({"index": {"_index": index, "_id": str(n)}}, row)]
         assert not es.bulk(operations=body, refresh=True)["errors"]
-        for values in (1, PAGE + 1):  # a page tried first, then scrolled; scrolled straight away
-            beyond = every_hit(es, index, {"term": {"owner": "big"}}, ["n"], values)
-            assert sorted(hit["_source"]["n"] for hit in beyond) == list(range(PAGE + 1))
-            assert all(set(hit["_source"]) == {"n"} for hit in beyond)
-        one_page = every_hit(es, index, {"term": {"owner": "small"}}, None, 1)
-        assert sorted(hit["_id"] for hit in one_page) == [str(n) for n in range(PAGE + 1, PAGE + 4)]
-        assert all("_source" not in hit for hit in one_page)
+        # One search tried, then a scroll; a scroll straight away (a lookup of many values).
+        for values in (1, ONE_SEARCH_VALUES + 1):
+            hits = every_hit(es, index, {"term": {"owner": "big"}}, ["n"], values)
+            assert sorted(hit["_source"]["n"] for hit in hits) == list(range(many))
+            assert all(set(hit["_source"]) == {"n"} for hit in hits)
+        one_search = every_hit(es, index, {"term": {"owner": "small"}}, None, 1)
+        assert sorted(hit["_id"] for hit in one_search) == [str(n) for n in range(many, many + 3)]
+        assert all("_source" not in hit for hit in one_search)
     finally:
         es.options(ignore_status=404).indices.delete(index=index)
         es.close()

@@ -37,19 +37,21 @@ def delete_op(index: str, doc_id: str, held: Stored) -> Op:
 
 
 MAX_TERMS = 10_000  # values per terms query (Elasticsearch allows 65536)
-PAGE = 1000  # hits a lookup reads in one search; a lookup finding more scrolls through them
+ONE_SEARCH_VALUES = 1000  # a lookup of at most this many values tries one search first ...
+ONE_SEARCH_HITS = 10_000  # ... of this many hits (Elasticsearch's index.max_result_window)
 
 
 def every_hit(es: Elasticsearch, index: str, query: dict[str, Any], columns: list[str] | None,
               values: int) -> list[dict[str, Any]]:
-    """Every hit of `query` (a lookup of `values` values, each finding a document or more), with `columns`
-    of its source (None: ids only): one search when they fit a page (a small batch's lookups), a scroll
-    otherwise, which costs Elasticsearch a search context and two requests more; a lookup of more values
-    than a page scrolls straight away rather than run its query once more."""
+    """Every hit of `query` (a lookup of `values` values, each finding a document or a few), with `columns`
+    of its source (None: ids only). A scroll costs Elasticsearch a search context and a request per page
+    and one to close it, so a lookup of few values (a small batch's) is one search; a lookup finding more
+    than that search holds, or of more values than that (a backlog's batch), scrolls."""
     source: bool | dict[str, Any] = False if columns is None else {"includes": columns}
-    if values <= PAGE:
-        found = es.search(index=index, query=query, source=source, size=PAGE, track_total_hits=PAGE + 1)["hits"]
-        if found["total"]["value"] <= PAGE:
+    if values <= ONE_SEARCH_VALUES:
+        found = es.search(index=index, query=query, source=source, size=ONE_SEARCH_HITS,
+                          track_total_hits=ONE_SEARCH_HITS + 1)["hits"]
+        if found["total"]["value"] <= ONE_SEARCH_HITS:
             return list(found["hits"])
     return list(helpers.scan(es, index=index, query={"query": query, "_source": source}))
 
