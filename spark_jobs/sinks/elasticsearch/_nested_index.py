@@ -56,6 +56,13 @@ def every_hit(es: Elasticsearch, index: str, query: dict[str, Any], columns: lis
     return list(helpers.scan(es, index=index, query={"query": query, "_source": source}))
 
 
+def lookup(es: Elasticsearch, index: str, values: list[str], query: Callable[[list[str]], dict[str, Any]],
+           columns: list[str] | None) -> list[dict[str, Any]]:
+    """Every hit of `query(part)` for each part of `values` of at most MAX_TERMS (`every_hit`)."""
+    parts = [values[start:start + MAX_TERMS] for start in range(0, len(values), MAX_TERMS)]
+    return [hit for part in parts for hit in every_hit(es, index, query(part), columns, len(part))]
+
+
 class SearchState:
     """`FlatState` over the flat indices (`target(table)`): mget for rows by id, a search for children."""
 
@@ -70,12 +77,8 @@ class SearchState:
         return {hit["_id"]: hit.get("_source") or {} for hit in hits if Stored.of(hit)}
 
     def referring(self, table: str, column: str, values: list[str], columns: list[str]) -> dict[str, Row]:
-        found: dict[str, Row] = {}
-        for start in range(0, len(values), MAX_TERMS):
-            part = values[start:start + MAX_TERMS]
-            hits = every_hit(self.es, self.target(table), {"terms": {column: part}}, columns, len(part))
-            found |= {hit["_id"]: hit["_source"] for hit in hits}
-        return found
+        hits = lookup(self.es, self.target(table), values, lambda part: {"terms": {column: part}}, columns)
+        return {hit["_id"]: hit["_source"] for hit in hits}
 
 
 class NestedIndex:
@@ -115,13 +118,12 @@ class NestedIndex:
         return [self.flat_target(table) for table in self.tables]
 
     def _referencing(self, values: list[str], kind: str) -> set[str]:
-        found: set[str] = set()
-        for start in range(0, len(values), MAX_TERMS):
-            part = values[start:start + MAX_TERMS]
-            query = {"terms": {REFS: part}} if kind == "terms" else \
-                {"bool": {"should": [{"prefix": {REFS: value}} for value in part], "minimum_should_match": 1}}
-            found |= {hit["_id"] for hit in every_hit(self.es, self.target, query, None, len(part))}
-        return found
+        def query(part: list[str]) -> dict[str, Any]:
+            if kind == "terms":
+                return {"terms": {REFS: part}}
+            return {"bool": {"should": [{"prefix": {REFS: value}} for value in part], "minimum_should_match": 1}}
+
+        return {hit["_id"] for hit in lookup(self.es, self.target, values, query, None)}
 
     def _rebuild(self, root_ids: list[str]) -> int:
         """Read the stored documents first, then the flat state, then write each changed one guarded by
